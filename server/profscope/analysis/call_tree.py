@@ -1,0 +1,214 @@
+"""Host call tree and launch links: which op launched which device activity, with self/total times.
+
+Definitions (torch-tb-profiler's, ``anchors.md`` §1.5):
+- per thread, host ops (``cpu_op``, ``user_annotation``, legacy ``Python``) nest by time containment;
+  an op that starts inside another but ends after it is left out of the tree (counted in
+  ``dropped``), as the old plugin did;
+- a runtime/driver call belongs to the op whose ``External id`` it carries, when that op is on
+  the same thread and encloses the call; otherwise (traces whose runtime ``External id`` is the
+  correlation id, e.g. torch 2.0.1) to the innermost op that encloses it on its thread; a device
+  event (kernel, memcpy, memset) belongs to the runtime call with the same ``correlation``;
+- host self time = duration − children's durations − its runtime calls' durations;
+- device self time = its runtime calls' device events; device total adds the children's totals;
+- an op with a single child of the same name is merged with that child (PyTorch's
+  ``_remove_dup_nodes``);
+- tensor-core eligible = on the eligible list, or a child is eligible, or it launched a TC kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profscope.analysis import names as rules
+from profscope.tables import NO_ID, Kind, TraceTables
+
+ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's CallTreeRoot
+UNLINKED = -2  # no launching runtime / op could be found
+
+
+@dataclass
+class CallTree:
+    node_event: np.ndarray  # event row of each node (merged-away nodes excluded)
+    parent: np.ndarray  # node index of the parent, ROOT for top level
+    host_total_ns: np.ndarray
+    host_self_ns: np.ndarray
+    device_self_ns: np.ndarray
+    device_total_ns: np.ndarray
+    tc_self_ns: np.ndarray
+    tc_total_ns: np.ndarray
+    tc_eligible: np.ndarray
+    is_operator: np.ndarray  # rows of the operator table
+    device_rows: np.ndarray  # event rows of kernels / memcpy / memset
+    device_node: np.ndarray  # launching node per device row (ROOT / UNLINKED otherwise)
+    device_runtime: np.ndarray  # launching runtime event row per device row, or NO_ID
+    dropped: int  # host ops left out because they overlap their parent without nesting
+
+
+def build_call_tree(tables: TraceTables) -> CallTree:
+    events = tables.events
+    kind = np.asarray(events["kind"])
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    name = np.asarray(events["name"])
+    track = np.asarray(events["track"])
+    external_id = np.asarray(events["external_id"])
+    correlation = np.asarray(events["correlation"])
+
+    host_rows = np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
+    host_rows = host_rows[np.argsort(track[host_rows], kind="stable")]  # by thread, then (ts, -dur)
+    runtime_rows = np.flatnonzero(np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)))
+    parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, track, ts, end)
+
+    # ---- merge single same-name children into their parent ---------------------------------
+    kept_nodes = parent != UNLINKED
+    child_count = np.bincount(parent[parent >= 0], minlength=len(host_rows))
+    is_cpu_op = kind[host_rows] == Kind.CPU_OP
+    alias = np.arange(len(host_rows))
+    only_child = np.full(len(host_rows), NO_ID, dtype=np.int64)
+    has_parent = np.flatnonzero(parent >= 0)
+    single = has_parent[child_count[parent[has_parent]] == 1]
+    only_child[parent[single]] = single
+    for node in range(len(host_rows)):  # parents precede children within a thread
+        child = only_child[node]
+        if child >= 0 and is_cpu_op[node] and is_cpu_op[child] and name[host_rows[child]] == name[host_rows[node]]:
+            alias[child] = alias[node]
+    merged_away = alias != np.arange(len(host_rows))
+    node_parent = np.where(parent >= 0, alias[np.maximum(parent, 0)], parent)
+
+    # ---- launches: runtime -> op, device -> runtime ----------------------------------------------
+    node_of_external: dict[int, int] = {}
+    for node, row in enumerate(host_rows.tolist()):
+        if kept_nodes[node]:
+            node_of_external.setdefault(int(external_id[row]), int(alias[node]))
+    by_external = np.array(
+        [node_of_external.get(ext, UNLINKED) if ext not in (0, NO_ID) else UNLINKED
+         for ext in external_id[runtime_rows].tolist()],
+        dtype=np.int64,
+    )
+    candidate_rows = host_rows[np.maximum(by_external, 0)]
+    consistent = (
+        (by_external >= 0)
+        & (track[candidate_rows] == track[runtime_rows])
+        & (ts[candidate_rows] <= ts[runtime_rows])
+        & (end[runtime_rows] <= end[candidate_rows])
+    )
+    enclosing = np.where(runtime_enclosing >= 0, alias[np.maximum(runtime_enclosing, 0)], ROOT)
+    runtime_node = np.where(consistent, by_external, enclosing)
+    runtime_of_correlation = {
+        int(c): int(r) for c, r in zip(correlation[runtime_rows].tolist(), runtime_rows.tolist(), strict=True) if c != NO_ID
+    }
+    runtime_index = {int(r): i for i, r in enumerate(runtime_rows.tolist())}
+    device_rows = np.flatnonzero(np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
+    device_runtime = np.array(
+        [runtime_of_correlation.get(c, NO_ID) if c != NO_ID else NO_ID for c in correlation[device_rows].tolist()],
+        dtype=np.int64,
+    )
+    device_node = np.array(
+        [runtime_node[runtime_index[r]] if r != NO_ID else ROOT for r in device_runtime.tolist()], dtype=np.int64
+    )
+    device_dur = np.asarray(events["dur_ns"])[device_rows]
+    is_tc_kernel = (kind[device_rows] == Kind.KERNEL) & rules.string_mask(tables.strings, rules.uses_tensor_cores)[
+        name[device_rows]
+    ]
+
+    # ---- per-node sums, bottom-up -----------------------------------------------------------------
+    count = len(host_rows)
+    host_total = end[host_rows] - ts[host_rows]
+    launched = device_node >= 0
+    device_self = np.bincount(device_node[launched], weights=device_dur[launched], minlength=count)
+    tc_self = np.bincount(device_node[launched], weights=device_dur[launched] * is_tc_kernel[launched], minlength=count)
+    attached_runtimes = runtime_node >= 0
+    runtime_dur = np.asarray(events["dur_ns"])[runtime_rows]
+    runtime_time = np.bincount(runtime_node[attached_runtimes], weights=runtime_dur[attached_runtimes], minlength=count)
+
+    live = kept_nodes & ~merged_away
+    has_live_parent = live & (node_parent >= 0)
+    children_time = np.bincount(node_parent[has_live_parent], weights=host_total[has_live_parent], minlength=count)
+    host_self = host_total - children_time - runtime_time
+
+    eligible_names = rules.string_mask(tables.strings, lambda s: s in rules.TENSOR_CORE_ELIGIBLE_OPS)
+    tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
+    device_total = device_self.copy()
+    tc_total = tc_self.copy()
+    for node in range(count - 1, -1, -1):  # children come after their parent in this order
+        up = node_parent[node]
+        if up < 0 or not live[node]:
+            continue
+        device_total[up] += device_total[node]
+        tc_total[up] += tc_total[node]
+        if tc_eligible[node] and is_cpu_op[up]:
+            tc_eligible[up] = True
+
+    node_names = name[host_rows]
+    excluded = rules.string_mask(
+        tables.strings,
+        lambda s: s in rules.EXCLUDED_OPERATOR_NAMES
+        or rules.is_optimizer(s)
+        or rules.is_profiler_step(s)
+        or rules.is_dataloader(s),
+    )
+    is_operator = live & is_cpu_op & ~excluded[node_names]
+
+    keep = np.flatnonzero(live)
+    renumber = np.full(count, UNLINKED, dtype=np.int64)
+    renumber[keep] = np.arange(len(keep))
+
+    def remap(nodes: np.ndarray) -> np.ndarray:
+        return np.where(nodes >= 0, renumber[np.maximum(nodes, 0)], nodes)
+
+    return CallTree(
+        node_event=host_rows[keep],
+        parent=remap(node_parent[keep]),
+        host_total_ns=host_total[keep],
+        host_self_ns=host_self[keep].astype(np.int64),
+        device_self_ns=device_self[keep].astype(np.int64),
+        device_total_ns=device_total[keep].astype(np.int64),
+        tc_self_ns=tc_self[keep].astype(np.int64),
+        tc_total_ns=tc_total[keep].astype(np.int64),
+        tc_eligible=tc_eligible[keep],
+        is_operator=is_operator[keep],
+        device_rows=device_rows,
+        device_node=remap(device_node),
+        device_runtime=device_runtime,
+        dropped=dropped,
+    )
+
+
+def _nest(
+    rows: np.ndarray, runtime_rows: np.ndarray, track: np.ndarray, ts: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """Parent node of each host row, and the innermost enclosing node of each runtime row.
+
+    ``rows`` are grouped by thread, each group sorted by (ts, -dur). Runtime calls are swept with
+    them as leaves: they never enclose anything.
+    """
+    node_count = len(rows)
+    all_rows = np.concatenate([rows, runtime_rows])
+    order = np.lexsort((np.arange(len(all_rows)), -(end[all_rows] - ts[all_rows]), ts[all_rows], track[all_rows]))
+    parent = np.full(node_count, ROOT, dtype=np.int64)
+    enclosing = np.full(len(runtime_rows), ROOT, dtype=np.int64)
+    starts = ts[all_rows].tolist()
+    ends = end[all_rows].tolist()
+    tracks = track[all_rows].tolist()
+    stack: list[int] = []
+    current_track = None
+    dropped = 0
+    for item in order.tolist():
+        if tracks[item] != current_track:
+            current_track = tracks[item]
+            stack = []
+        start = starts[item]
+        while stack and start >= ends[stack[-1]]:
+            stack.pop()
+        if item >= node_count:
+            enclosing[item - node_count] = stack[-1] if stack and ends[item] <= ends[stack[-1]] else ROOT
+            continue
+        if stack and ends[item] > ends[stack[-1]]:
+            parent[item] = UNLINKED
+            dropped += 1
+            continue
+        parent[item] = stack[-1] if stack else ROOT
+        stack.append(item)
+    return parent, dropped, enclosing

@@ -1,0 +1,100 @@
+"""Interval sets as pairs of sorted numpy arrays: union, intersection, difference, length.
+
+An interval set is ``(starts, ends)`` of disjoint, sorted, non-empty half-open intervals. Every
+function accepts arbitrary (overlapping, unsorted) input where noted and returns a normalised set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IntervalSet = tuple[np.ndarray, np.ndarray]
+
+
+def empty() -> IntervalSet:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
+    """Union of arbitrary intervals (zero-length ones vanish)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return empty()
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    running_end = np.maximum.accumulate(ends)
+    # a new group starts where the interval begins after everything before it has ended
+    new_group = np.empty(len(starts), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = starts[1:] > running_end[:-1]
+    group_starts = starts[new_group]
+    last_of_group = np.append(np.flatnonzero(new_group)[1:] - 1, len(starts) - 1)
+    return group_starts, running_end[last_of_group]
+
+
+def _coverage_segments(a: IntervalSet, b: IntervalSet, want_a: bool, want_b: bool, need_b: bool) -> IntervalSet:
+    """Segments where (a covers) == want_a and (b covers) == want_b; normalised sets in and out."""
+    points = np.concatenate([a[0], a[1], b[0], b[1]])
+    if len(points) == 0:
+        return empty()
+    delta_a = np.concatenate([np.ones(len(a[0])), -np.ones(len(a[1])), np.zeros(len(b[0]) * 2)]).astype(np.int64)
+    delta_b = np.concatenate([np.zeros(len(a[0]) * 2), np.ones(len(b[0])), -np.ones(len(b[1]))]).astype(np.int64)
+    order = np.argsort(points, kind="stable")
+    points, delta_a, delta_b = points[order], delta_a[order], delta_b[order]
+    unique_points, first_index = np.unique(points, return_index=True)
+    cum_a = np.cumsum(delta_a)
+    cum_b = np.cumsum(delta_b)
+    # coverage after all deltas at each unique point
+    last_index = np.append(first_index[1:] - 1, len(points) - 1)
+    in_a = cum_a[last_index] > 0
+    in_b = cum_b[last_index] > 0
+    selected = (in_a == want_a) & ((in_b == want_b) if need_b else True)
+    selected = selected[:-1]
+    return merge(unique_points[:-1][selected], unique_points[1:][selected])
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return empty()
+    return _coverage_segments(a, b, True, True, True)
+
+
+def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return a
+    return _coverage_segments(a, b, True, False, True)
+
+
+def total(a: IntervalSet) -> int:
+    return int((a[1] - a[0]).sum())
+
+
+def clip(a: IntervalSet, start: int, end: int) -> IntervalSet:
+    return intersect(a, (np.array([start], dtype=np.int64), np.array([end], dtype=np.int64)))
+
+
+def weighted_coverage(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, cap: float) -> tuple:
+    """Piecewise-constant sum of ``values`` over overlapping intervals, each piece capped at ``cap``.
+
+    Returns ``(seg_starts, seg_ends, seg_values)`` for the pieces with a positive sum — the "merged
+    ranges with value" of torch-tb-profiler's SM-efficiency estimate.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    values = np.asarray(values, dtype=np.float64)
+    if len(starts) == 0:
+        return empty() + (np.zeros(0),)
+    points = np.concatenate([starts, ends])
+    deltas = np.concatenate([values, -values])
+    order = np.argsort(points, kind="stable")
+    points, deltas = points[order], deltas[order]
+    unique_points, first_index = np.unique(points, return_index=True)
+    level = np.cumsum(deltas)
+    last_index = np.append(first_index[1:] - 1, len(points) - 1)
+    level_after = level[last_index][:-1]
+    seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
+    positive = level_after > 1e-12
+    return seg_starts[positive], seg_ends[positive], np.minimum(level_after[positive], cap)

@@ -1,0 +1,90 @@
+"""Operator view: host and device time per operator, or per operator and input shape (§1.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from profscope.analysis.call_tree import CallTree
+from profscope.analysis.context import TraceContext
+from profscope.analysis.payloads import payload
+from profscope.tables import NO_ID, TraceTables
+
+GROUPINGS = ("operator", "operator_input_shape")
+NS_PER_US = 1000.0
+
+
+def op_column(tables: TraceTables, column: str, event_rows: np.ndarray) -> np.ndarray:
+    """A column of the ``ops`` side table for the given event rows (NO_ID where absent)."""
+    ops = tables.table("ops")
+    op_events = np.asarray(ops["event"])
+    position = np.searchsorted(op_events, event_rows)
+    position = np.minimum(position, max(len(op_events) - 1, 0))
+    found = (len(op_events) > 0) & (op_events[position] == event_rows) if len(op_events) else np.zeros(len(event_rows), bool)
+    values = np.asarray(ops[column])[position] if len(op_events) else np.zeros(len(event_rows), dtype=np.int64)
+    return np.where(found, values, NO_ID)
+
+
+def _shape_text(tables: TraceTables, shape_id: int, group_by: str) -> str:
+    """The grouping key's shape; an op that recorded no shapes groups as "[]" (as in the old plugin)."""
+    if group_by != "operator_input_shape":
+        return ""
+    return tables.strings[shape_id] if shape_id >= 0 else "[]"
+
+
+def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator") -> list[dict[str, Any]]:
+    if group_by not in GROUPINGS:
+        raise ValueError(f"group_by must be one of {GROUPINGS}")
+    nodes = np.flatnonzero(tree.is_operator)
+    events = tree.node_event[nodes]
+    name = np.asarray(tables.events["name"])[events]
+    shape = op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
+    keys = np.stack([name.astype(np.int64), shape.astype(np.int64)], axis=1)
+    unique_keys, group = np.unique(keys, axis=0, return_inverse=True) if len(nodes) else (np.zeros((0, 2), int), np.zeros(0, int))
+    group = group.reshape(-1)
+    count = len(unique_keys)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=values, minlength=count)
+
+    calls = np.bincount(group, minlength=count)
+    host_total = total(tree.host_total_ns[nodes])
+    host_self = total(tree.host_self_ns[nodes])
+    device_total = total(tree.device_total_ns[nodes])
+    device_self = total(tree.device_self_ns[nodes])
+    tc_self = total(tree.tc_self_ns[nodes])
+    tc_total = total(tree.tc_total_ns[nodes])
+    first_of_group = np.full(count, len(nodes), dtype=np.int64)
+    np.minimum.at(first_of_group, group, np.arange(len(nodes)))
+    eligible = tree.tc_eligible[nodes][first_of_group] if count else np.zeros(0, bool)
+    rows = []
+    for i in range(count):
+        rows.append(
+            {
+                "name": tables.strings[int(unique_keys[i, 0])],
+                "input_shape": _shape_text(tables, int(unique_keys[i, 1]), group_by),
+                "calls": int(calls[i]),
+                "host_self_us": host_self[i] / NS_PER_US,
+                "host_total_us": host_total[i] / NS_PER_US,
+                "device_self_us": device_self[i] / NS_PER_US,
+                "device_total_us": device_total[i] / NS_PER_US,
+                "tensor_cores_eligible": bool(eligible[i]),
+                "tensor_cores_self_pct": tc_self[i] / device_self[i] * 100.0 if device_self[i] > 0 else 0.0,
+                "tensor_cores_total_pct": tc_total[i] / device_total[i] * 100.0 if device_total[i] > 0 else 0.0,
+            }
+        )
+    has_device = any(r["device_self_us"] > 0 for r in rows)
+    sort_key = "device_self_us" if has_device else "host_self_us"
+    rows.sort(key=lambda r: (-r[sort_key], r["name"], r["input_shape"]))
+    return rows
+
+
+@payload("operators.operator")
+def operators_by_name(context: TraceContext) -> dict[str, Any]:
+    return {"group_by": "operator", "rows": operator_rows(context.tables, context.tree, "operator")}
+
+
+@payload("operators.operator_input_shape")
+def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
+    return {"group_by": "operator_input_shape", "rows": operator_rows(context.tables, context.tree, "operator_input_shape")}

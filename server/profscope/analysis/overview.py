@@ -1,0 +1,288 @@
+"""Overview: step time breakdown, GPU summary and recommendations (``anchors.md`` §1.4).
+
+Step time breakdown: every nanosecond of a step is counted once, by the highest-priority category
+active then — Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec — and what no
+category covers is Other, so a step's categories sum to its duration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from profscope.analysis import intervals
+from profscope.analysis import names as rules
+from profscope.analysis.call_tree import CallTree
+from profscope.analysis.context import TraceContext
+from profscope.analysis.payloads import payload
+from profscope.analysis.steps import Steps
+from profscope.tables import Kind, TraceTables
+
+CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+NS_PER_US = 1000.0
+
+
+def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, intervals.IntervalSet]:
+    """The merged time ranges of each breakdown category, before priorities are applied."""
+    events = tables.events
+    kind = np.asarray(events["kind"])
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    name = np.asarray(events["name"])
+    strings = tables.strings
+    comm_kernel = communication_device_rows(tables, tree)
+    comm_op_name = rules.string_mask(strings, rules.is_comm_op)
+    dataloader_name = rules.string_mask(strings, rules.is_dataloader)
+    step_name = rules.string_mask(strings, rules.is_profiler_step)
+    host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+    kernel = kind == Kind.KERNEL
+    masks = {
+        "kernel": kernel & ~comm_kernel,
+        "memcpy": kind == Kind.MEMCPY,
+        "memset": kind == Kind.MEMSET,
+        "communication": (kernel & comm_kernel) | (host & comm_op_name[name]),
+        "runtime": np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)),
+        "dataloader": host & dataloader_name[name],
+        "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
+    }
+    return {category: intervals.merge(ts[mask], end[mask]) for category, mask in masks.items()}
+
+
+def communication_device_rows(tables: TraceTables, tree: CallTree) -> np.ndarray:
+    """Boolean per event: a device event that is communication.
+
+    A kernel is communication when its name is a collective kernel (NCCL/RCCL/...), when the op
+    that launched it is a collective, or when its ``External id`` is a collective op's (old
+    traces; torch 2.0.1 wrote the correlation id there instead, which the launch link covers).
+    """
+    events = tables.events
+    name = np.asarray(events["name"])
+    is_comm = np.zeros(len(name), dtype=bool)
+    kernel_name = rules.string_mask(tables.strings, rules.is_comm_kernel)
+    comm_op_name = rules.string_mask(tables.strings, rules.is_comm_op)
+    rows = tree.device_rows
+    is_comm[rows] = kernel_name[name[rows]]
+    launched = tree.device_node >= 0
+    launching_names = name[tree.node_event[tree.device_node[launched]]]
+    is_comm[rows[launched]] |= comm_op_name[launching_names]
+    external = np.asarray(events["external_id"])
+    comm_externals = np.unique(external[comm_op_name[name] & (external >= 0)])
+    if len(comm_externals):
+        is_comm[rows] |= np.isin(external[rows], comm_externals)
+    return is_comm
+
+
+def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
+    ranges = category_intervals(tables, tree)
+    free = intervals.merge(steps.starts_ns, steps.ends_ns)
+    assigned: dict[str, intervals.IntervalSet] = {}
+    for category in CATEGORIES:
+        assigned[category] = intervals.intersect(free, ranges[category])
+        free = intervals.subtract(free, assigned[category])
+    assigned["other"] = free
+    rows = []
+    for step_name, start, end in zip(steps.names, steps.starts_ns.tolist(), steps.ends_ns.tolist(), strict=True):
+        row: dict[str, Any] = {"step": step_name, "start_us": start / NS_PER_US, "total_us": (end - start) / NS_PER_US}
+        for category, ranges_of_category in assigned.items():
+            row[f"{category}_us"] = intervals.total(intervals.clip(ranges_of_category, start, end)) / NS_PER_US
+        rows.append(row)
+    return rows
+
+
+def average_breakdown(step_rows: list[dict[str, Any]]) -> dict[str, float]:
+    keys = ["total_us"] + [f"{c}_us" for c in (*CATEGORIES, "other")]
+    count = max(len(step_rows), 1)
+    return {key: sum(row[key] for row in step_rows) / count for key in keys}
+
+
+def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
+    """Per GPU: utilization, est. SM efficiency, est. achieved occupancy, tensor-core kernel time."""
+    kernels = tables.table("kernels")
+    events = tables.events
+    kind = np.asarray(events["kind"])
+    kernel_event = np.asarray(kernels["event"])
+    is_kernel = kind[kernel_event] == Kind.KERNEL
+    if not is_kernel.any():
+        return []
+    rows = kernel_event[is_kernel]
+    device = _device_ids(tables, np.asarray(kernels["device"])[is_kernel], rows)
+    ts = np.asarray(events["ts_ns"])[rows]
+    end = ts + np.asarray(events["dur_ns"])[rows]
+    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[is_kernel]
+    occupancy = np.asarray(kernels["est_occupancy_pct"])[is_kernel]
+    tc_name = rules.string_mask(tables.strings, rules.uses_tensor_cores)
+    uses_tc = tc_name[np.asarray(events["name"])[rows]]
+    window_start, window_end = steps.window
+    window_ns = max(window_end - window_start, 1)
+    properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
+    summary = []
+    for gpu in sorted(set(device.tolist())):
+        on = device == gpu
+        busy = intervals.clip(intervals.merge(ts[on], end[on]), window_start, window_end)
+        sm_valid = on & (blocks_per_sm > 0)
+        sm_efficiency = None
+        if sm_valid.any():
+            seg_start, seg_end, value = intervals.weighted_coverage(ts[sm_valid], end[sm_valid], blocks_per_sm[sm_valid], 1.0)
+            clipped_start = np.clip(seg_start, window_start, window_end)
+            clipped_end = np.clip(seg_end, window_start, window_end)
+            sm_efficiency = float(((clipped_end - clipped_start) * value).sum() / window_ns * 100.0)
+        occupancy_pct = None
+        occ_valid = on & (occupancy >= 0)
+        if occ_valid.any():
+            clipped = np.clip(end[occ_valid], window_start, window_end) - np.clip(ts[occ_valid], window_start, window_end)
+            if clipped.sum() > 0:
+                occupancy_pct = float((clipped * occupancy[occ_valid]).sum() / clipped.sum())
+        kernel_time = float((end[on] - ts[on]).sum())
+        tc_time = float((end[on & uses_tc] - ts[on & uses_tc]).sum())
+        props = properties.get(gpu, {})
+        major, minor = props.get("computeMajor"), props.get("computeMinor")
+        summary.append(
+            {
+                "device": int(gpu),
+                "name": props.get("name"),
+                "memory_bytes": props.get("totalGlobalMem"),
+                "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
+                "utilization_pct": intervals.total(busy) / window_ns * 100.0,
+                "est_sm_efficiency_pct": sm_efficiency,
+                "est_achieved_occupancy_pct": occupancy_pct,
+                "tensor_cores_pct": tc_time / kernel_time * 100.0 if kernel_time > 0 else 0.0,
+                "kernel_time_us": kernel_time / NS_PER_US,
+            }
+        )
+    return summary
+
+
+def _device_ids(tables: TraceTables, device_args: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The GPU of each kernel: its ``device`` arg, else its track's pid (kineto puts GPU n at pid n)."""
+    track_pid = np.array([_int_or(t.pid, -1) for t in tables.tracks], dtype=np.int64)
+    from_pid = track_pid[np.asarray(tables.events["track"])[rows]]
+    return np.where(device_args >= 0, device_args, from_pid)
+
+
+def _int_or(text: str, default: int) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return default
+
+
+def environment(tables: TraceTables) -> dict[str, Any]:
+    kind = np.asarray(tables.events["kind"])
+    on_device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME)).any()
+    return {
+        "device_type": "GPU" if on_device else "CPU",
+        "distributed": tables.meta.get("distributedInfo"),
+        "schema_version": tables.meta.get("schemaVersion"),
+    }
+
+
+def recommendations(
+    tables: TraceTables, tree: CallTree, average: dict[str, float], gpus: list[dict[str, Any]]
+) -> list[str]:
+    """torch-tb-profiler's rule-based recommendations (``anchors.md`` §1.4), plain text."""
+    advice: list[str] = []
+    total = average.get("total_us") or 0.0
+    if total > 0 and average["dataloader_us"] / total > 0.05:
+        advice.append(
+            f"This run has high time cost on input data loading. {average['dataloader_us'] / total * 100:.1f}% "
+            "of the step time is in DataLoader. You could try to set num_workers on DataLoader's construction "
+            "and enable multi-processes on data loading."
+        )
+    names_used = {tables.strings[int(i)] for i in np.unique(np.asarray(tables.events["name"]))}
+    if "DataParallel.forward" in names_used and len(gpus) > 1:
+        advice.append("It is recommended to use DistributedDataParallel instead of DataParallel to do multi-GPU training.")
+    uses_nccl = any(n.startswith("nccl:") or "nccl" in n.lower() for n in names_used)
+    capabilities = [g.get("compute_capability") for g in gpus if g.get("compute_capability")]
+    if "DistributedDataParallel.forward" in names_used and not uses_nccl and capabilities:
+        if any(float(c) >= 3.5 for c in capabilities):
+            advice.append("Nccl backend is currently the fastest and highly recommended backend when using DDP for training.")
+    if total > 0 and average["communication_us"] / total > 0.1:
+        advice.append(
+            f"This run has high time cost on communication. {average['communication_us'] / total * 100:.1f}% of the "
+            "step time is in communication. You could try Gradient Compression or Gradient Accumulation, or increase "
+            "the batch size (note: gradient accumulation increases the delay of optimizer updates, and a larger "
+            "batch size may need an optimizer such as LAMB to keep accuracy)."
+        )
+    for gpu in gpus:
+        if gpu["utilization_pct"] < 50.0:
+            advice.append(
+                f"GPU {gpu['device']} has low utilization ({gpu['utilization_pct']:.1f}%). You could try to increase "
+                "the batch size to improve it; a larger batch may need a re-tuned learning rate."
+            )
+    majors = [p.get("computeMajor") for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)]
+    if gpus and majors and majors[0] is not None and majors[0] >= 7:
+        total_kernel = sum(g["kernel_time_us"] for g in gpus)
+        tc_used = sum(g["tensor_cores_pct"] * g["kernel_time_us"] for g in gpus)
+        eligible_ratio = _tc_eligible_kernel_ratio(tree)
+        if total_kernel > 0 and tc_used == 0 and eligible_ratio > 0:
+            advice.append(
+                f"Kernels with {round(eligible_ratio * 100)}% time are launched by Tensor Cores eligible operators. "
+                "You could enable Automatic Mixed Precision to speed up by using FP16."
+            )
+    return advice
+
+
+def _tc_eligible_kernel_ratio(tree: CallTree) -> float:
+    """Share of op-launched kernel time whose op is a bottom-most tensor-core eligible op."""
+    total = tree.device_self_ns.sum()
+    if total <= 0:
+        return 0.0
+    has_eligible_child = np.zeros(len(tree.parent), dtype=bool)
+    eligible_children = tree.tc_eligible & (tree.parent >= 0)
+    has_eligible_child[tree.parent[eligible_children]] = True
+    bottom = tree.tc_eligible & ~has_eligible_child
+    return float(tree.device_self_ns[bottom].sum() / total)
+
+
+def memory_peak_recommendation(peaks: dict[int, int], tables: TraceTables) -> list[str]:
+    advice = []
+    for props in tables.meta.get("deviceProperties", []):
+        if not isinstance(props, dict):
+            continue
+        device, total = props.get("id"), props.get("totalGlobalMem")
+        peak = peaks.get(device)
+        if total and peak and peak > 0.9 * total:
+            advice.append(
+                f"Device memory usage is at the limit of device memory capacity ({peak / total * 100:.1f}% of "
+                f"{total / 1024**3:.1f}GB on GPU{device}). To get better value of your GPU or to use a larger batch "
+                "size for training, please refer to Gradient Checkpoint or Automatic Mixed Precision."
+            )
+            break
+    return advice
+
+
+def peak_allocated_by_device(tables: TraceTables) -> dict[int, int]:
+    memory = tables.table("memory")
+    device_type = np.asarray(memory["device_type"])
+    gpu = device_type == 1
+    peaks: dict[int, int] = {}
+    device_id = np.asarray(memory["device_id"])[gpu]
+    allocated = np.asarray(memory["total_allocated"])[gpu]
+    for device in np.unique(device_id).tolist():
+        peaks[int(device)] = int(allocated[device_id == device].max())
+    return peaks
+
+
+def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str, Any]:
+    step_rows = step_breakdown(tables, tree, steps)
+    average = average_breakdown(step_rows)
+    gpus = gpu_summary(tables, tree, steps)
+    advice = recommendations(tables, tree, average, gpus)
+    advice += memory_peak_recommendation(peak_allocated_by_device(tables), tables)
+    return {
+        "environment": environment(tables),
+        "steps": step_rows,
+        "average": average,
+        "gpus": gpus,
+        "recommendations": advice,
+        "notes": steps.notes
+        + ([f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
+           if tree.dropped else []),
+        "steps_from_profiler_steps": steps.from_profiler_steps,
+    }
+
+
+@payload("overview")
+def overview_payload(context: TraceContext) -> dict[str, Any]:
+    return build_overview(context.tables, context.tree, context.steps)

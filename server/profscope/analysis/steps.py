@@ -1,0 +1,136 @@
+"""Training steps: found from ``ProfilerStep#N`` and re-timed to device time.
+
+torch-tb-profiler's rules (``anchors.md`` §1.4):
+- steps are ``ProfilerStep#N`` host events (``cpu_op``, legacy ``Operator`` or ``user_annotation``);
+  with none, one step ``0`` spans all host ops;
+- when anything was launched on a device, each step starts at max(previous step end, host start)
+  and ends at max(host end, end of the last device activity launched by runtime calls inside it);
+- trailing steps that launched nothing are dropped, and so is the last step if it launched fewer
+  than 80% of the device activities of the step before (the profiler may have cut it short).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profscope.analysis import names as rules
+from profscope.analysis.call_tree import CallTree
+from profscope.tables import Kind, TraceTables
+
+
+@dataclass
+class Steps:
+    names: list[str]
+    starts_ns: np.ndarray
+    ends_ns: np.ndarray
+    host_starts_ns: np.ndarray
+    host_ends_ns: np.ndarray
+    from_profiler_steps: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return int(self.starts_ns[0]), int(self.ends_ns[-1])
+
+
+def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
+    events = tables.events
+    kind = np.asarray(events["kind"])
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    name = np.asarray(events["name"])
+    step_name_mask = rules.string_mask(tables.strings, rules.is_profiler_step)
+    candidates = np.flatnonzero(
+        np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)) & step_name_mask[name]
+    )
+    notes: list[str] = []
+    by_name: dict[int, int] = {}
+    for row in candidates.tolist():  # a step recorded twice (two threads) counts once, its longest
+        previous = by_name.get(int(name[row]))
+        if previous is None or end[row] - ts[row] > end[previous] - ts[previous]:
+            by_name[int(name[row])] = row
+    rows = np.array(sorted(by_name.values(), key=lambda r: (ts[r], -end[r])), dtype=np.int64)
+    if len(rows):
+        step_names = [tables.strings[int(name[r])][len(rules.PROFILER_STEP_PREFIX) :] for r in rows]
+        host_starts, host_ends = ts[rows], end[rows]
+        from_steps = True
+    else:
+        host_kinds = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY))
+        if not host_kinds.any():
+            host_kinds = np.ones(len(kind), dtype=bool)
+        if not host_kinds.any():
+            raise ValueError("the trace has no timed events")
+        step_names = ["0"]
+        host_starts = np.array([ts[host_kinds].min()], dtype=np.int64)
+        host_ends = np.array([end[host_kinds].max()], dtype=np.int64)
+        from_steps = False
+        notes.append("No ProfilerStep#N events: the whole trace is treated as one step.")
+
+    starts, ends, keep = _retime_to_device(tables, tree, host_starts, host_ends)
+    if keep < len(step_names):
+        notes.append(
+            f"The last {len(step_names) - keep} step(s) were left out: they launched fewer device activities "
+            "than the step before, so the profiler probably did not capture all of their kernels."
+        )
+    return Steps(
+        names=step_names[:keep],
+        starts_ns=starts[:keep],
+        ends_ns=ends[:keep],
+        host_starts_ns=host_starts[:keep],
+        host_ends_ns=host_ends[:keep],
+        from_profiler_steps=from_steps,
+        notes=notes,
+    )
+
+
+def _retime_to_device(
+    tables: TraceTables, tree: CallTree, host_starts: np.ndarray, host_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    events = tables.events
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    step_count = len(host_starts)
+    launched = tree.device_runtime >= 0
+    device_rows = tree.device_rows[launched]
+    runtime_rows = tree.device_runtime[launched]
+    # a runtime call belongs to the step that contains it entirely
+    step_of = np.searchsorted(host_starts, ts[runtime_rows], side="right") - 1
+    inside = (step_of >= 0) & (end[runtime_rows] <= host_ends[np.maximum(step_of, 0)])
+    matched_count = np.bincount(step_of[inside], minlength=step_count)
+    starts = host_starts.copy()
+    ends = host_ends.copy()
+    if not inside.any():
+        return starts, ends, step_count
+    device_max_end = np.full(step_count, np.iinfo(np.int64).min, dtype=np.int64)
+    device_min_start = np.full(step_count, np.iinfo(np.int64).max, dtype=np.int64)
+    np.maximum.at(device_max_end, step_of[inside], end[device_rows[inside]])
+    np.minimum.at(device_min_start, step_of[inside], ts[device_rows[inside]])
+
+    previous_end = int(host_starts[0])
+    if matched_count[0] > 0:
+        # device work launched before the first step that finished before its kernels started
+        unmatched = np.ones(len(tree.device_rows), dtype=bool)
+        unmatched[np.flatnonzero(launched)[inside]] = False
+        unmatched_ends = end[tree.device_rows[unmatched]]
+        earlier = unmatched_ends[unmatched_ends < device_min_start[0]]
+        if len(earlier):
+            previous_end = max(previous_end, int(earlier.max()))
+    for i in range(step_count):
+        start = max(previous_end, int(host_starts[i]))
+        if matched_count[i] > 0:
+            step_end = max(int(host_ends[i]), int(device_max_end[i]))
+        else:
+            step_end = max(int(host_ends[i]), start)
+        starts[i], ends[i] = start, max(step_end, start)
+        previous_end = int(ends[i])
+
+    keep = step_count
+    if step_count > 1:
+        with_device = np.flatnonzero(matched_count > 0)
+        last = int(with_device[-1])
+        keep = last + 1
+        if last > 0 and matched_count[last - 1] * 0.8 > matched_count[last]:
+            keep = last
+    return starts, ends, keep

@@ -1,0 +1,34 @@
+"""/api/runs: every run found under the roots, with parse progress, workers, spans and errors."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from profscope.api.deps import get_run, get_state, get_trace, json_response
+from profscope.catalog import Run, TraceFile
+
+router = APIRouter(prefix="/api", tags=["runs"])
+
+
+@router.get("/runs", summary="All runs with their state, workers, spans, views and errors")
+def list_runs(request: Request) -> Response:
+    state = get_state(request)
+    return json_response(
+        {
+            "runs": [state.run_status(run) for run in state.runs().values()],
+            "roots": [{"root": r.uri, "error": r.error, "objects": r.object_count} for r in state.roots],
+        }
+    )
+
+
+@router.get("/run", summary="One run's status")
+def one_run(request: Request, run: Run = Depends(get_run)) -> Response:
+    return json_response(get_state(request).run_status(run))
+
+
+@router.post("/retry", summary="Parse a trace again (after a fix or a transient storage failure)")
+def retry(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
+    state = get_state(request)
+    state.ingest.retry(trace)
+    return json_response(state.ingest.state(trace).to_json(), status_code=202)

@@ -1,0 +1,86 @@
+"""On-disk cache of parsed traces: tables, view payloads and remembered failures, per cache key.
+
+Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json}`` or
+``<cache key>/error.json``. Every write goes through a temporary name and ``os.replace``, so a
+reader (or a restarted server) never sees half a result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+_ORJSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=_ORJSON_OPTIONS)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staging.write_bytes(data)
+    os.replace(staging, path)
+
+
+class TraceCache:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def directory(self, cache_key: str) -> Path:
+        return self.root / cache_key
+
+    def tables_dir(self, cache_key: str) -> Path:
+        return self.directory(cache_key) / "tables"
+
+    def view_path(self, cache_key: str, name: str) -> Path:
+        return self.directory(cache_key) / "views" / f"{name}.json"
+
+    def summary(self, cache_key: str) -> dict[str, Any] | None:
+        return self._read_json(self.directory(cache_key) / "summary.json")
+
+    def error(self, cache_key: str) -> dict[str, Any] | None:
+        return self._read_json(self.directory(cache_key) / "error.json")
+
+    def is_ready(self, cache_key: str) -> bool:
+        return self.summary(cache_key) is not None
+
+    def write_view(self, cache_key: str, name: str, value: Any) -> None:
+        write_atomic(self.view_path(cache_key, name), dumps(value))
+
+    def read_view(self, cache_key: str, name: str) -> bytes | None:
+        try:
+            return self.view_path(cache_key, name).read_bytes()
+        except OSError:
+            return None
+
+    def write_summary(self, cache_key: str, summary: dict[str, Any]) -> None:
+        write_atomic(self.directory(cache_key) / "summary.json", dumps(summary))
+
+    def write_error(self, cache_key: str, error: dict[str, Any]) -> None:
+        write_atomic(self.directory(cache_key) / "error.json", dumps(error))
+
+    def forget(self, cache_key: str) -> None:
+        shutil.rmtree(self.directory(cache_key), ignore_errors=True)
+
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, Any] | None:
+        try:
+            return orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return None
+
+    def size_bytes(self) -> int:
+        total = 0
+        for dirpath, _, filenames in os.walk(self.root):
+            for name in filenames:
+                try:
+                    total += os.path.getsize(os.path.join(dirpath, name))
+                except OSError:
+                    pass
+        return total

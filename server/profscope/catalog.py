@@ -1,0 +1,155 @@
+"""Catalog: which objects under the roots are runs, workers and spans.
+
+Layout rules (what people really have):
+- ``tensorboard_trace_handler`` names ``{worker}.{time_ns}.pt.trace.json[.gz]`` (worker names may
+  contain dots, e.g. ``host_pid`` or Megatron's ``hostname_pid``); the number names the span;
+- plain Chrome traces ``*.json[.gz]`` (HTA's ``rank-N.json.gz``): the file stem names the worker;
+- InternLM's ``traces/rank{r}_dp{d}_tp{t}_pp{p}/`` folders: the folder names the worker and its
+  parent folder is the run;
+- a run is a folder of such files; files that appear later in a known run join it;
+- files that are clearly not kineto traces (memory snapshots, Nsight exports) are listed with the
+  reason they are not read as traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from profscope.ingest.kineto import PARSER_VERSION
+from profscope.sources.base import ObjectInfo
+
+_HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
+_PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
+_RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
+_MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
+_NOT_TRACES = {
+    ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
+    ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
+    ".qdrep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
+}
+_TRACE_LIKE = re.compile(r"\.(json|json\.gz|raw\.gz)$")
+DEFAULT_SPAN = "default"
+
+
+@dataclass
+class TraceFile:
+    source: str  # the root URI the key is relative to
+    info: ObjectInfo
+    run: str
+    worker: str
+    span: str
+    refusal: str | None = None  # set when the file is listed but not read as a trace
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    @property
+    def cache_key(self) -> str:
+        """Identity of the parsed result: changes when the object or the parser changes."""
+        text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{PARSER_VERSION}"
+        return hashlib.sha1(text.encode()).hexdigest()
+
+
+@dataclass
+class Run:
+    name: str
+    files: list[TraceFile] = field(default_factory=list)
+
+    def traces(self) -> list[TraceFile]:
+        return [f for f in self.files if f.refusal is None]
+
+    def workers(self) -> dict[str, list[str]]:
+        """worker -> span ids in time order."""
+        spans: dict[str, list[str]] = {}
+        for trace in self.traces():
+            spans.setdefault(trace.worker, []).append(trace.span)
+        return {w: sorted(s, key=_span_order) for w, s in sorted(spans.items(), key=lambda kv: _worker_order(kv[0]))}
+
+    def find(self, worker: str | None, span: str | None) -> TraceFile | None:
+        traces = self.traces()
+        if not traces:
+            return None
+        workers = self.workers()
+        worker = worker if worker in workers else next(iter(workers))
+        spans = workers[worker]
+        span = span if span in spans else spans[0]
+        return next(t for t in traces if t.worker == worker and t.span == span)
+
+
+def _span_order(span: str) -> tuple:
+    return (0, int(span), span) if span.isdigit() else (1, 0, span)
+
+
+def _worker_order(worker: str) -> tuple:
+    numbers = re.findall(r"\d+", worker)
+    return (re.sub(r"\d+", "#", worker), [int(n) for n in numbers], worker)
+
+
+def classify(key: str) -> tuple[str, str, str, str | None] | None:
+    """(run folder, worker, span, refusal) for an object key, or None when it is not ours."""
+    path = PurePosixPath(key)
+    folder = str(path.parent) if str(path.parent) != "." else ""
+    name = path.name
+    lowered = name.lower()
+    for suffix, reason in _NOT_TRACES.items():
+        if lowered.endswith(suffix):
+            return folder, path.stem, name, f"not a trace: {reason}"
+    if _MEMORY_SNAPSHOT.search(lowered):
+        return folder, path.stem, name, (
+            "a CUDA memory snapshot: it will open in the Memory view, which this version does not have yet"
+        )
+    if not _TRACE_LIKE.search(lowered):
+        return None
+    worker_folder = path.parent.name
+    if _RANK_FOLDER.match(worker_folder):
+        run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
+        handler = _HANDLER_NAME.match(name)
+        span = (handler.group("span") if handler and handler.group("span") else _stem(name)) or DEFAULT_SPAN
+        return run_folder, worker_folder, span, None
+    handler = _HANDLER_NAME.match(name)
+    if handler:
+        return folder, handler.group("worker"), handler.group("span") or DEFAULT_SPAN, None
+    plain = _PLAIN_JSON.match(name)
+    if plain:
+        return folder, plain.group("stem"), DEFAULT_SPAN, None
+    return folder, name, DEFAULT_SPAN, None  # *.raw.gz and friends: the parser says what they are
+
+
+def _stem(name: str) -> str:
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, Run]:
+    """Runs from ``(root label, root uri, objects)`` listings; several roots get prefixed names."""
+    runs: dict[str, Run] = {}
+    several = len(listings) > 1
+    for label, uri, objects in listings:
+        for info in objects:
+            found = classify(info.key)
+            if found is None:
+                continue
+            folder, worker, span, refusal = found
+            run_name = folder or label
+            if several:
+                run_name = f"{label}/{folder}" if folder else label
+            run = runs.setdefault(run_name, Run(name=run_name))
+            run.files.append(TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal))
+    for run in runs.values():
+        _make_spans_unique(run)
+    return dict(sorted(runs.items()))
+
+
+def _make_spans_unique(run: Run) -> None:
+    seen: dict[tuple[str, str], int] = {}
+    for trace in sorted(run.traces(), key=lambda t: t.key):
+        slot = (trace.worker, trace.span)
+        seen[slot] = seen.get(slot, 0) + 1
+        if seen[slot] > 1:  # e.g. both trace.json and trace.json.gz: keep both, told apart
+            trace.span = f"{trace.span}~{PurePosixPath(trace.key).name}"

@@ -1,0 +1,128 @@
+"""Command line: ``profscope serve [ROOT ...]`` and ``profscope ingest FILE ...``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from profscope import __version__
+from profscope.config import Settings, default_cache_dir, env
+
+
+def _int_env(name: str, default: int) -> int:
+    value = env(name)
+    return int(value) if value else default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="profscope", description="A dashboard for PyTorch profiler traces.")
+    parser.add_argument("--version", action="version", version=f"profscope {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve the dashboard for every run under the given roots",
+        description="Serve the dashboard for every run found under the given roots. Every flag can also be set "
+        "with an environment variable PROFSCOPE_<FLAG> (e.g. PROFSCOPE_PORT=9000).",
+    )
+    serve.add_argument(
+        "roots", nargs="*", metavar="ROOT",
+        help="folders of traces to serve (searched recursively); with none, the built-in demo run is served",
+    )
+    serve.add_argument("--host", default=env("HOST", "127.0.0.1"),
+                       help="address to listen on (default 127.0.0.1; use 0.0.0.0 in a container)")
+    serve.add_argument("--port", type=int, default=_int_env("PORT", 8080), help="port to listen on (default 8080)")
+    serve.add_argument("--cache-dir", type=Path, default=Path(env("CACHE_DIR") or default_cache_dir()),
+                       help="where parsed traces are cached; a restarted server reuses it (default ~/.cache/profscope)")
+    serve.add_argument("--workers", type=int, default=_int_env("WORKERS", Settings().workers),
+                       help="number of worker processes that parse traces (default: CPU count, at most 4)")
+    serve.add_argument("--rescan-seconds", type=float, default=float(env("RESCAN_SECONDS") or 10.0),
+                       help="how often the roots are listed again to find new or changed files (default 10)")
+    serve.add_argument("--max-trace-bytes", type=int, default=_int_env("MAX_TRACE_BYTES", 64 << 30),
+                       help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)")
+    serve.add_argument("--source-root", action="append", type=Path, default=None,
+                       help="folder whose files the jump-to-source viewer may show (repeatable)")
+    serve.add_argument("--source-link", default=env("SOURCE_LINK", ""),
+                       help="extra link for stack frames, e.g. 'vscode://file/{path}:{line}' or "
+                            "'https://github.com/ORG/REPO/blob/{rev}/{relpath}#L{line}'")
+    serve.add_argument("--source-path-map", action="append", default=None, metavar="PREFIX=REPLACEMENT",
+                       help="rewrite a frame path prefix to a repository path for {relpath} (repeatable)")
+    serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
+    serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
+
+    ingest = commands.add_parser(
+        "ingest", help="parse trace files and compute every view, printing timings (for benchmarks)",
+        description="Parse trace files in this process and compute every view payload, as a worker would.",
+    )
+    ingest.add_argument("files", nargs="+", type=Path)
+    ingest.add_argument("--cache-dir", type=Path, default=None, help="write the cache here (default: a temp dir)")
+    return parser
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    from profscope.assets import demo_traces
+
+    roots = args.roots or [str(demo_traces())]
+    source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
+    path_map = [tuple(item.split("=", 1)) for item in (args.source_path_map or []) if "=" in item]
+    return Settings(
+        roots=roots,
+        host=args.host,
+        port=args.port,
+        cache_dir=args.cache_dir,
+        workers=max(1, args.workers),
+        rescan_seconds=args.rescan_seconds,
+        max_trace_bytes=args.max_trace_bytes,
+        source_roots=source_roots,
+        source_link_template=args.source_link,
+        source_path_map=path_map,  # type: ignore[arg-type]
+        source_revision=args.source_rev,
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from profscope.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = _settings_from(args)
+    app = create_app(settings)
+    print(f"profscope {__version__}: serving {', '.join(settings.roots)} on http://{settings.host}:{settings.port}",
+          flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    return 0
+
+
+def ingest(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from profscope.ingest.jobs import IngestRequest, run_ingest
+
+    cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
+    failures = 0
+    for path in args.files:
+        started = time.perf_counter()
+        result = run_ingest(
+            IngestRequest(source_uri=str(path.resolve().parent), key=path.name, size=path.stat().st_size,
+                          cache_key=f"cli-{path.name}", cache_root=str(cache_dir), max_trace_bytes=64 << 30)
+        )
+        result["wall_s"] = time.perf_counter() - started
+        failures += "error" in result
+        print(json.dumps({"file": str(path), **{k: v for k, v in result.items() if k != "device_properties"}}))
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return ingest(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Settings: command-line flags, each also readable from a ``PROFSCOPE_*`` environment variable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "profscope"
+
+
+@dataclass
+class Settings:
+    roots: list[str] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    workers: int = max(1, min(4, (os.cpu_count() or 2)))
+    rescan_seconds: float = 10.0
+    max_trace_bytes: int = 64 << 30
+    source_roots: list[Path] = field(default_factory=list)  # where jump-to-source may read files
+    source_link_template: str = ""  # e.g. vscode://file/{path}:{line} or https://host/blob/{rev}/{relpath}#L{line}
+    source_path_map: list[tuple[str, str]] = field(default_factory=list)  # (trace prefix, repo prefix)
+    source_revision: str = "main"
+    eager_ingest: bool = True
+
+    @property
+    def traces_cache(self) -> Path:
+        return Path(self.cache_dir) / "traces"
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"PROFSCOPE_{name}", default)

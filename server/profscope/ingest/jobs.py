@@ -1,0 +1,288 @@
+"""Ingest in worker processes: a bounded pool parses traces and computes their view payloads.
+
+The server never parses: it queues traces here, the pool (``--workers`` processes, spawned once)
+reads each from its source, parses it, computes every registered payload and writes the cache.
+Progress (bytes read) comes back over a queue. A worker that dies (killed, out of memory) breaks
+the pool: the pool is rebuilt, the trace is retried once and then marked failed with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profscope.cache import TraceCache
+from profscope.catalog import TraceFile
+from profscope.ingest.json_stream import TraceFormatError
+from profscope.ingest.kineto import parse_trace
+from profscope.sources import SourceError, open_source
+
+log = logging.getLogger("profscope.ingest")
+
+PROGRESS_INTERVAL_S = 0.2
+_progress_queue: Any = None
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    source_uri: str
+    key: str
+    size: int
+    cache_key: str
+    cache_root: str
+    max_trace_bytes: int
+
+
+@dataclass
+class IngestState:
+    state: str = "pending"  # pending | parsing | ready | error
+    bytes_done: int = 0
+    bytes_total: int = 0
+    message: str | None = None
+    attempts: int = 0
+    started: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        progress = self.bytes_done / self.bytes_total if self.bytes_total else 0.0
+        return {
+            "state": self.state,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+            "progress": 1.0 if self.state == "ready" else min(progress, 0.99),
+            "message": self.message,
+        }
+
+
+# ---- in the worker process -------------------------------------------------------------------
+def _init_worker(queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = queue
+
+
+def run_ingest(request: IngestRequest) -> dict[str, Any]:
+    """Parse one trace and cache its tables and payloads. Runs in a worker process."""
+    from profscope.analysis.context import TraceContext
+    from profscope.analysis.payloads import registered
+
+    cache = TraceCache(Path(request.cache_root))
+    last_report = 0.0
+
+    def on_progress(bytes_read: int) -> None:
+        nonlocal last_report
+        now = time.monotonic()
+        if _progress_queue is not None and now - last_report >= PROGRESS_INTERVAL_S:
+            last_report = now
+            _progress_queue.put((request.cache_key, bytes_read))
+
+    started = time.perf_counter()
+    try:
+        source = open_source(request.source_uri)
+        with source.open(request.key) as raw:
+            tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+    except (TraceFormatError, SourceError) as exc:
+        error = {"message": str(exc), "kind": type(exc).__name__}
+        cache.write_error(request.cache_key, error)
+        return {"error": error["message"]}
+    parse_s = time.perf_counter() - started
+    tables.save(cache.tables_dir(request.cache_key))
+    context = TraceContext(tables)
+    view_errors = {}
+    for name, builder in registered().items():
+        try:
+            cache.write_view(request.cache_key, name, builder(context))
+        except Exception as exc:  # one broken view must not hide the others
+            log.exception("view %s failed for %s", name, request.key)
+            view_errors[name] = f"{type(exc).__name__}: {exc}"
+            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    summary = {
+        "key": request.key,
+        "events": int(tables.row_count("events")),
+        "kernels": int(tables.row_count("kernels")),
+        "memory_events": int(tables.row_count("memory")),
+        "warnings": tables.meta.get("warnings", []),
+        "device_properties": tables.meta.get("deviceProperties", []),
+        "distributed": tables.meta.get("distributedInfo"),
+        "parse_s": parse_s,
+        "total_s": time.perf_counter() - started,
+        "view_errors": view_errors,
+    }
+    cache.write_summary(request.cache_key, summary)
+    return summary
+
+
+def _run_guarded(request: IngestRequest) -> dict[str, Any]:
+    try:
+        return run_ingest(request)
+    except Exception as exc:  # report bugs on the page instead of losing them in a log
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        log.error("ingest of %s failed:\n%s", request.key, traceback.format_exc())
+        return {"error": f"internal error while reading this trace: {detail}"}
+
+
+# ---- in the server process -------------------------------------------------------------------
+class IngestManager:
+    def __init__(self, cache: TraceCache, workers: int, max_trace_bytes: int) -> None:
+        self.cache = cache
+        self.workers = max(1, workers)
+        self.max_trace_bytes = max_trace_bytes
+        self._context = multiprocessing.get_context("spawn")
+        self._progress = self._context.Queue()
+        self._lock = threading.RLock()
+        self._states: dict[str, IngestState] = {}
+        self._pending: OrderedDict[str, TraceFile] = OrderedDict()
+        self._running: dict[str, Future] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._closed = False
+        self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0}
+        self.durations: list[float] = []
+        self._progress_thread = threading.Thread(target=self._drain_progress, name="ingest-progress", daemon=True)
+        self._progress_thread.start()
+
+    # ---- public --------------------------------------------------------------------------------
+    def state(self, trace: TraceFile) -> IngestState:
+        with self._lock:
+            known = self._states.get(trace.cache_key)
+            if known is not None and known.state in ("pending", "parsing"):
+                return known
+        if self.cache.is_ready(trace.cache_key):
+            return IngestState(state="ready", bytes_done=trace.info.size, bytes_total=trace.info.size)
+        error = self.cache.error(trace.cache_key)
+        if error is not None:
+            return IngestState(state="error", message=error.get("message"), bytes_total=trace.info.size)
+        with self._lock:
+            return self._states.get(trace.cache_key) or IngestState(state="queued", bytes_total=trace.info.size)
+
+    def request(self, trace: TraceFile, urgent: bool = False) -> IngestState:
+        """Make sure the trace is (being) ingested; ``urgent`` puts it at the front of the queue."""
+        current = self.state(trace)
+        if current.state in ("ready", "error"):
+            return current
+        with self._lock:
+            key = trace.cache_key
+            if key in self._running:
+                return self._states[key]
+            if key not in self._pending:
+                self._pending[key] = trace
+                self._states[key] = IngestState(state="pending", bytes_total=trace.info.size)
+            if urgent:
+                self._pending.move_to_end(key, last=False)
+            self._pump()
+            return self._states[key]
+
+    def retry(self, trace: TraceFile) -> None:
+        self.cache.forget(trace.cache_key)
+        with self._lock:
+            self._states.pop(trace.cache_key, None)
+        self.request(trace, urgent=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._progress.put(None)
+
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._running) + len(self._pending)
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _ensure_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=self._context,
+                initializer=_init_worker,
+                initargs=(self._progress,),
+            )
+        return self._pool
+
+    def _pump(self) -> None:
+        while not self._closed and self._pending and len(self._running) < self.workers:
+            key, trace = self._pending.popitem(last=False)
+            state = self._states[key]
+            state.state, state.started = "parsing", time.time()
+            state.attempts += 1
+            request = IngestRequest(
+                source_uri=trace.source,
+                key=trace.key,
+                size=trace.info.size,
+                cache_key=key,
+                cache_root=str(self.cache.root),
+                max_trace_bytes=self.max_trace_bytes,
+            )
+            try:
+                future = self._ensure_pool().submit(_run_guarded, request)
+            except (BrokenProcessPool, RuntimeError):
+                self._restart_pool()
+                future = self._ensure_pool().submit(_run_guarded, request)
+            self._running[key] = future
+            future.add_done_callback(lambda f, k=key, t=trace: self._finished(k, t, f))
+
+    def _restart_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        self.counters["pool_restarts"] += 1
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
+        with self._lock:
+            self._running.pop(key, None)
+            state = self._states.get(key) or IngestState()
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                result = None
+                self._restart_pool()
+            except Exception as exc:
+                result = {"error": f"internal error: {exc}"}
+            if result is None:
+                reason = "the worker process parsing this trace died (killed, or out of memory)"
+                if state.attempts < 2 and not self._closed:
+                    self.counters["retried"] += 1
+                    state.state, state.message = "pending", f"{reason}; retrying"
+                    self._pending[key] = trace
+                    self._pending.move_to_end(key, last=False)
+                else:
+                    self.cache.write_error(key, {"message": reason, "kind": "WorkerDied"})
+                    state.state, state.message = "error", reason
+                    self.counters["failed"] += 1
+            elif "error" in result:
+                state.state, state.message = "error", result["error"]
+                self.counters["failed"] += 1
+                if not self.cache.error(key):
+                    self.cache.write_error(key, {"message": result["error"], "kind": "InternalError"})
+            else:
+                state.state, state.bytes_done = "ready", trace.info.size
+                self.counters["ingested"] += 1
+                self.durations.append(float(result.get("total_s", 0.0)))
+            self._pump()
+
+    def _drain_progress(self) -> None:
+        while True:
+            try:
+                item = self._progress.get()
+            except (EOFError, OSError):
+                return
+            if item is None:
+                return
+            key, bytes_done = item
+            with self._lock:
+                state = self._states.get(key)
+                if state is not None and state.state == "parsing":
+                    state.bytes_done = bytes_done
+
+
+def worker_count_default() -> int:
+    return max(1, min(4, os.cpu_count() or 2))

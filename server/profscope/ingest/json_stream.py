@@ -1,0 +1,279 @@
+"""Stream a Chrome trace's event array in bounded pieces, without holding the whole document.
+
+A kineto trace is ``{header keys..., "traceEvents": [e1, e2, ...], footer keys...}`` (or, from some
+third-party writers, a bare ``[e1, e2, ...]``). We read the decompressed stream in chunks, cut each
+chunk after the last ``}`` that is followed by ``,`` and ``{`` and let the caller's typed decoder
+parse the piece ``[`` + events + ``]``. A cut that falls inside a string makes the left piece
+unparsable (its string never closes), so a wrong cut is always detected and the next candidate is
+tried: correctness never depends on how the writer laid out whitespace.
+
+Anything the fast path does not recognise (``traceEvents`` not near the start, odd nesting) falls
+back to decoding the whole document at once, bounded by the configured size limit.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+CHUNK_BYTES = 8 << 20
+HEADER_SEARCH_BYTES = 64 << 20
+MAX_CUT_ATTEMPTS = 64
+MAX_EVENT_BYTES = 256 << 20  # one event larger than this is refused rather than buffered forever
+_TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_WHITESPACE = b" \t\r\n"
+
+
+class TraceFormatError(ValueError):
+    """The file is not a readable Chrome trace; the message says where and why."""
+
+
+class SizeLimitExceeded(TraceFormatError):
+    pass
+
+
+class CountingReader(io.RawIOBase):
+    """Counts the bytes read from the underlying (usually compressed) stream, for progress."""
+
+    def __init__(self, raw: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> None:
+        self._raw = raw
+        self._on_bytes = on_bytes
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.bytes_read += n
+        if self._on_bytes is not None and n:
+            self._on_bytes(self.bytes_read)
+        return n
+
+
+def open_decompressed(raw: IO[bytes]) -> IO[bytes]:
+    """Wrap a binary stream, transparently gunzipping it (sniffed from the magic bytes)."""
+    buffered = io.BufferedReader(raw, buffer_size=1 << 20) if not isinstance(raw, io.BufferedReader) else raw
+    magic = buffered.peek(2)[:2]
+    if magic != b"\x1f\x8b":
+        return buffered
+    try:
+        from isal import igzip  # ISA-L inflate: 2-3x faster than zlib on these files
+
+        return igzip.IGzipFile(fileobj=buffered, mode="rb")
+    except ImportError:  # pragma: no cover - isal is a declared dependency
+        return gzip.GzipFile(fileobj=buffered, mode="rb")
+
+
+class LimitedReader:
+    """Reads decompressed bytes, refusing to go past ``limit_bytes`` (gzip bombs)."""
+
+    def __init__(self, stream: IO[bytes], limit_bytes: int) -> None:
+        self._stream = stream
+        self._limit = limit_bytes
+        self.total = 0
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self._stream.read(n)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(
+                f"cannot decompress the file after {self.total:,} bytes: {exc} (truncated or corrupt gzip?)"
+            ) from exc
+        self.total += len(data)
+        if self.total > self._limit:
+            raise SizeLimitExceeded(
+                f"decompressed size exceeds the limit of {self._limit:,} bytes "
+                "(raise --max-trace-bytes to read it)"
+            )
+        return data
+
+
+def _error_offset(exc: Exception, default: int) -> int:
+    match = re.search(r"byte (\d+)", str(exc))
+    return int(match.group(1)) if match else default
+
+
+def _describe_decode_error(exc: Exception, piece_offset: int) -> str:
+    text = str(exc)
+    match = re.search(r"byte (\d+)", text)
+    if match:
+        absolute = piece_offset + int(match.group(1)) - 1
+        text = re.sub(r"\(byte \d+\)", f"(at byte {absolute:,} of the decompressed trace)", text)
+    return text
+
+
+class ChromeTraceReader:
+    """Yields decoded event pieces; ``top_level`` holds every key other than ``traceEvents``."""
+
+    def __init__(self, stream: IO[bytes], limit_bytes: int, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self._reader = LimitedReader(stream, limit_bytes)
+        self._chunk_bytes = chunk_bytes
+        self.top_level: dict[str, Any] = {}
+        self.is_bare_array = False
+        self._consumed = 0  # decompressed offset of the current buffer's first byte
+
+    def pieces(self, decode: Callable[[bytes], T]) -> Iterator[T]:
+        """Decode ``[piece]`` for successive pieces of the event array with ``decode``."""
+        buffer = self._read_until(HEADER_SEARCH_BYTES, need_structure=True)
+        start = self._events_start(buffer)
+        if start is None:
+            yield from self._whole_document(buffer, decode)
+            return
+        buffer = buffer[start:]
+        self._consumed += start
+        eof = False
+        need_more = len(buffer) < self._chunk_bytes
+        while True:
+            if need_more and not eof:
+                more = self._reader.read(self._chunk_bytes)
+                eof = not more
+                buffer += more
+            if eof:
+                yield from self._finish(buffer, decode)
+                return
+            cut = self._cut_and_decode(buffer, decode)
+            if cut is None:
+                need_more = True  # no complete event in the buffer yet
+                continue
+            decoded, consumed = cut
+            buffer = buffer[consumed:]
+            self._consumed += consumed
+            need_more = len(buffer) < self._chunk_bytes
+            yield decoded
+
+    # ---- reading --------------------------------------------------------------------------
+    def _read_until(self, limit: int, need_structure: bool) -> bytes:
+        buffer = b""
+        while len(buffer) < limit:
+            more = self._reader.read(self._chunk_bytes)
+            if not more:
+                break
+            buffer += more
+            if need_structure and (_TRACE_EVENTS_KEY.search(buffer) or buffer.lstrip(_WHITESPACE)[:1] == b"["):
+                break
+        return buffer
+
+    def _events_start(self, buffer: bytes) -> int | None:
+        """Offset just after the event array's ``[``, parsing the header keys on the way."""
+        stripped = buffer.lstrip(_WHITESPACE + b"\xef\xbb\xbf")
+        lead = len(buffer) - len(stripped)
+        if stripped[:1] == b"[":
+            self.is_bare_array = True
+            return lead + 1
+        if stripped[:1] != b"{":
+            raise TraceFormatError(
+                "not a JSON trace: the file does not start with '{' or '['"
+                f" (starts with {stripped[:16]!r})"
+            )
+        match = _TRACE_EVENTS_KEY.search(buffer)
+        if match is None:
+            return None
+        header = buffer[lead + 1 : match.start()].rstrip(_WHITESPACE).rstrip(b",")
+        try:
+            self.top_level.update(msgspec.json.decode(b"{" + header + b"}"))
+        except msgspec.DecodeError:
+            return None  # "traceEvents" was nested or quoted: use the slow, certain path
+        return match.end()
+
+    # ---- cutting --------------------------------------------------------------------------
+    def _cut_and_decode(self, buffer: bytes, decode: Callable[[bytes], T]) -> tuple[T, int] | None:
+        end = len(buffer)
+        last_error: Exception | None = None
+        for _ in range(MAX_CUT_ATTEMPTS):
+            brace = buffer.rfind(b"}", 0, end)
+            if brace < 0:
+                break
+            rest = buffer[brace + 1 : brace + 256].lstrip(_WHITESPACE)
+            if rest[:1] == b"," and rest[1:].lstrip(_WHITESPACE)[:1] == b"{":
+                piece = buffer[: brace + 1]
+                try:
+                    decoded = decode(b"[" + piece + b"]")
+                except msgspec.DecodeError as exc:
+                    # A cut inside a string fails at or after the string's start, so the true
+                    # boundary (or a real syntax error) lies before the reported position.
+                    last_error = exc
+                    end = min(brace, _error_offset(exc, brace + 2) - 1)
+                    continue
+                comma = buffer.index(b",", brace + 1)
+                return decoded, comma + 1
+            end = brace
+        if len(buffer) > MAX_EVENT_BYTES:
+            if last_error is not None:
+                raise TraceFormatError(_describe_decode_error(last_error, self._consumed - 1))
+            raise TraceFormatError(f"an event is larger than {MAX_EVENT_BYTES:,} bytes or the JSON is malformed")
+        return None
+
+    def _finish(self, buffer: bytes, decode: Callable[[bytes], T]) -> Iterator[T]:
+        """The last piece: find where the event array closes and parse what follows it."""
+        end = len(buffer)
+        first_error: Exception | None = None
+        for _ in range(MAX_CUT_ATTEMPTS):
+            close = buffer.rfind(b"]", 0, end)
+            if close < 0:
+                break
+            tail = buffer[close + 1 :].strip(_WHITESPACE)
+            footer = self._parse_footer(tail)
+            if footer is None:
+                end = close
+                continue
+            piece = buffer[:close].rstrip(_WHITESPACE)
+            if piece.endswith(b","):  # tolerate a trailing comma before "]"
+                piece = piece[:-1]
+            try:
+                decoded = decode(b"[" + piece + b"]")
+            except msgspec.DecodeError as exc:
+                first_error = first_error or exc
+                end = close
+                continue
+            self.top_level.update(footer)
+            yield decoded
+            return
+        if first_error is not None:
+            raise TraceFormatError(_describe_decode_error(first_error, self._consumed - 1))
+        raise TraceFormatError(
+            f"the trace ends before its event list closes (after {self._reader.total:,} decompressed bytes):"
+            " the file is truncated"
+        )
+
+    def _parse_footer(self, tail: bytes) -> dict[str, Any] | None:
+        if self.is_bare_array:
+            return {} if tail == b"" else None
+        if not tail.endswith(b"}"):
+            return None
+        body = tail.lstrip(b",").lstrip(_WHITESPACE)
+        try:
+            footer = msgspec.json.decode(b"{" + body if body != b"}" else b"{}")
+        except msgspec.DecodeError:
+            return None
+        return footer if isinstance(footer, dict) else None
+
+    def _whole_document(self, buffer: bytes, decode: Callable[[bytes], T]) -> Iterator[T]:
+        while True:
+            more = self._reader.read(self._chunk_bytes)
+            if not more:
+                break
+            buffer += more
+        try:
+            document = msgspec.json.decode(buffer, type=dict[str, msgspec.Raw])
+        except msgspec.DecodeError as exc:
+            raise TraceFormatError(f"malformed JSON: {_describe_decode_error(exc, 0)}") from exc
+        events = document.pop("traceEvents", None)
+        if events is None:
+            raise TraceFormatError("not a Chrome trace: the JSON object has no 'traceEvents' list")
+        for key, raw in document.items():
+            self.top_level[key] = msgspec.json.decode(raw)
+        raw_events = bytes(events)
+        if raw_events.lstrip(_WHITESPACE)[:1] != b"[":
+            raise TraceFormatError("'traceEvents' is not a list")
+        yield decode(raw_events)

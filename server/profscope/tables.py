@@ -1,0 +1,236 @@
+"""The columnar event model every analysis reads.
+
+A trace is parsed once (in a worker process) into a handful of tables of numpy columns plus one
+table of interned strings. Tables are written to the cache as one ``.npy`` file per column and read
+back memory-mapped, so a server process touches only the columns a view needs.
+
+Times are integer nanoseconds relative to ``meta["origin_us"]`` (the smallest timestamp in the
+trace): integers make interval containment exact (float microseconds produce false overlaps), and
+relative times keep every value small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NO_ID = -1  # the "absent" value of every integer id / correlation column
+
+
+class Kind(IntEnum):
+    """Normalised event category: format drift (old capitalised names, vendor runtimes) ends here."""
+
+    OTHER = 0
+    CPU_OP = 1
+    USER_ANNOTATION = 2
+    PYTHON_FUNCTION = 3
+    RUNTIME = 4
+    DRIVER = 5
+    KERNEL = 6
+    MEMCPY = 7
+    MEMSET = 8
+    GPU_USER_ANNOTATION = 9
+    SPAN = 10  # cat "Trace": the profiler's own span slices
+    SYNC = 11  # cuda_sync / stream wait events on a device track
+    PYTHON_LEGACY = 12  # cat "Python" of very old traces
+
+
+DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+HOST_OP_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)
+
+# Column layout of every table: name -> dtype. The parser fills them, the cache stores them.
+SCHEMA: dict[str, dict[str, str]] = {
+    "events": {
+        "ts_ns": "i8",
+        "dur_ns": "i8",
+        "kind": "i1",
+        "name": "i4",
+        "cat": "i4",
+        "track": "i4",
+        "external_id": "i8",
+        "correlation": "i8",
+    },
+    "kernels": {  # one row per KERNEL / MEMCPY / MEMSET event
+        "event": "i4",
+        "device": "i4",
+        "stream": "i8",
+        "grid_x": "i4",
+        "grid_y": "i4",
+        "grid_z": "i4",
+        "block_x": "i4",
+        "block_y": "i4",
+        "block_z": "i4",
+        "registers_per_thread": "i4",
+        "shared_memory": "i8",
+        "blocks_per_sm": "f8",
+        "est_occupancy_pct": "f8",
+        "bytes": "i8",
+    },
+    "ops": {  # one row per host op / annotation that carries shape or stack args
+        "event": "i4",
+        "input_dims": "i4",
+        "input_types": "i4",
+        "call_stack": "i4",
+        "sequence_number": "i8",
+        "fwd_thread": "i8",
+    },
+    "python": {  # python_function events
+        "event": "i4",
+        "python_id": "i8",
+        "parent_id": "i8",
+        "module_id": "i8",
+    },
+    "collectives": {  # record_param_comms / nccl:* / collective kernels with collective args
+        "event": "i4",
+        "collective_name": "i4",
+        "in_nelems": "i8",
+        "out_nelems": "i8",
+        "group_size": "i8",
+        "dtype": "i4",
+        "pg_name": "i4",
+        "pg_desc": "i4",
+        "pg_ranks": "i4",
+        "seq": "i8",
+    },
+    "memory": {  # "[memory]" instant events
+        "ts_ns": "i8",
+        "track": "i4",
+        "addr": "i8",
+        "bytes": "i8",
+        "total_allocated": "i8",
+        "total_reserved": "i8",
+        "device_type": "i1",
+        "device_id": "i4",
+    },
+    "flows": {  # ph s / t / f
+        "flow_id": "i8",
+        "phase": "i1",  # 0 start, 1 step, 2 finish
+        "ts_ns": "i8",
+        "track": "i4",
+        "cat": "i4",
+        "binds_enclosing": "i1",  # "bp": "e"
+    },
+    "counters": {  # ph C: one row per (event, series)
+        "ts_ns": "i8",
+        "track": "i4",
+        "name": "i4",
+        "series": "i4",
+        "value": "f8",
+    },
+    "instants": {  # ph i / I other than [memory]
+        "ts_ns": "i8",
+        "track": "i4",
+        "name": "i4",
+        "cat": "i4",
+    },
+}
+
+FLOW_PHASES = {"s": 0, "t": 1, "f": 2}
+
+
+class StringTable:
+    """Interns strings to dense int32 ids; id -1 is the absent string."""
+
+    def __init__(self, strings: list[str] | None = None) -> None:
+        self.strings: list[str] = strings if strings is not None else []
+        self._ids: dict[str, int] = {s: i for i, s in enumerate(self.strings)}
+
+    def intern(self, text: str) -> int:
+        found = self._ids.get(text)
+        if found is not None:
+            return found
+        new_id = len(self.strings)
+        self._ids[text] = new_id
+        self.strings.append(text)
+        return new_id
+
+    def lookup(self, text: str) -> int:
+        return self._ids.get(text, NO_ID)
+
+    def __getitem__(self, string_id: int) -> str:
+        return self.strings[string_id] if string_id >= 0 else ""
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+
+@dataclass
+class Track:
+    """A pid/tid pair of the trace: a CPU thread, or a device stream (pid = device, tid = stream)."""
+
+    pid: str
+    tid: str
+    process_name: str = ""
+    thread_name: str = ""
+    process_sort_index: int | None = None
+    thread_sort_index: int | None = None
+    process_labels: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+@dataclass
+class TraceTables:
+    """Everything parsed from one trace file."""
+
+    columns: dict[str, dict[str, np.ndarray]]
+    strings: StringTable
+    tracks: list[Track]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str) -> dict[str, np.ndarray]:
+        return self.columns[name]
+
+    @property
+    def events(self) -> dict[str, np.ndarray]:
+        return self.columns["events"]
+
+    def row_count(self, name: str) -> int:
+        table = self.columns[name]
+        return len(next(iter(table.values()))) if table else 0
+
+    def name_ids(self, names: list[str] | tuple[str, ...]) -> np.ndarray:
+        return np.array([self.strings.lookup(n) for n in names if self.strings.lookup(n) >= 0], dtype="i4")
+
+    # ---- persistence -------------------------------------------------------------------------
+    def save(self, directory: Path) -> None:
+        """Write atomically: a reader sees either the old complete directory or the new one."""
+        directory = Path(directory)
+        staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        for table_name, table in self.columns.items():
+            for column_name, values in table.items():
+                np.save(staging / f"{table_name}.{column_name}.npy", np.ascontiguousarray(values))
+        (staging / "strings.json").write_text(json.dumps(self.strings.strings))
+        (staging / "tracks.json").write_text(json.dumps([t.to_json() for t in self.tracks]))
+        (staging / "meta.json").write_text(json.dumps(self.meta, default=str))
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(staging, directory)
+
+    @classmethod
+    def load(cls, directory: Path) -> TraceTables:
+        directory = Path(directory)
+        columns: dict[str, dict[str, np.ndarray]] = {}
+        for table_name, layout in SCHEMA.items():
+            columns[table_name] = {
+                column: np.load(directory / f"{table_name}.{column}.npy", mmap_mode="r") for column in layout
+            }
+        strings = StringTable(json.loads((directory / "strings.json").read_text()))
+        tracks = [Track(**t) for t in json.loads((directory / "tracks.json").read_text())]
+        meta = json.loads((directory / "meta.json").read_text())
+        return cls(columns=columns, strings=strings, tracks=tracks, meta=meta)
+
+
+def empty_columns(table_name: str) -> dict[str, np.ndarray]:
+    return {column: np.zeros(0, dtype=dtype) for column, dtype in SCHEMA[table_name].items()}
