@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import names as rules
+from profscope.analysis.arrays import lookup
 from profscope.tables import NO_ID, Kind, TraceTables
 
 ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's CallTreeRoot
@@ -75,7 +76,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         if child >= 0 and is_cpu_op[node] and is_cpu_op[child] and name[host_rows[child]] == name[host_rows[node]]:
             alias[child] = alias[node]
     merged_away = alias != np.arange(len(host_rows))
-    node_parent = np.where(parent >= 0, alias[np.maximum(parent, 0)], parent)
+    node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
 
     # ---- launches: runtime -> op, device -> runtime ----------------------------------------------
     node_of_external: dict[int, int] = {}
@@ -87,14 +88,16 @@ def build_call_tree(tables: TraceTables) -> CallTree:
          for ext in external_id[runtime_rows].tolist()],
         dtype=np.int64,
     )
-    candidate_rows = host_rows[np.maximum(by_external, 0)]
-    consistent = (
-        (by_external >= 0)
-        & (track[candidate_rows] == track[runtime_rows])
-        & (ts[candidate_rows] <= ts[runtime_rows])
-        & (end[runtime_rows] <= end[candidate_rows])
-    )
-    enclosing = np.where(runtime_enclosing >= 0, alias[np.maximum(runtime_enclosing, 0)], ROOT)
+    consistent = np.zeros(len(runtime_rows), dtype=bool)
+    if len(host_rows):
+        candidate_rows = host_rows[np.maximum(by_external, 0)]
+        consistent = (
+            (by_external >= 0)
+            & (track[candidate_rows] == track[runtime_rows])
+            & (ts[candidate_rows] <= ts[runtime_rows])
+            & (end[runtime_rows] <= end[candidate_rows])
+        )
+    enclosing = lookup(alias, runtime_enclosing, ROOT)
     runtime_node = np.where(consistent, by_external, enclosing)
     runtime_of_correlation = {
         int(c): int(r) for c, r in zip(correlation[runtime_rows].tolist(), runtime_rows.tolist(), strict=True) if c != NO_ID
@@ -156,7 +159,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     renumber[keep] = np.arange(len(keep))
 
     def remap(nodes: np.ndarray) -> np.ndarray:
-        return np.where(nodes >= 0, renumber[np.maximum(nodes, 0)], nodes)
+        return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
 
     return CallTree(
         node_event=host_rows[keep],

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import names as rules
+from profscope.analysis.arrays import lookup
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -37,8 +38,8 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
     # launching op of each kernel (tree.device_rows is sorted, as is ``rows``)
     position = np.searchsorted(tree.device_rows, rows)
     node = tree.device_node[position]
-    op_name = np.where(node >= 0, np.asarray(events["name"])[tree.node_event[np.maximum(node, 0)]], -1)
-    op_eligible = np.where(node >= 0, tree.tc_eligible[np.maximum(node, 0)], False)
+    op_name = lookup(np.asarray(events["name"])[tree.node_event], node, -1)
+    op_eligible = lookup(tree.tc_eligible, node, False)
 
     if group_by == "kernel":
         keys = name[:, None]

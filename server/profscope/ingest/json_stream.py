@@ -270,6 +270,11 @@ class ChromeTraceReader:
             raise TraceFormatError(f"malformed JSON: {_describe_decode_error(exc, 0)}") from exc
         events = document.pop("traceEvents", None)
         if events is None:
+            if "nodes" in document and ("schema" in document or "pid" in document):
+                raise TraceFormatError(
+                    "a PyTorch execution trace (ExecutionTraceObserver output), not a kineto trace: "
+                    "open the *.pt.trace.json written next to it instead"
+                )
             raise TraceFormatError("not a Chrome trace: the JSON object has no 'traceEvents' list")
         for key, raw in document.items():
             self.top_level[key] = msgspec.json.decode(raw)

@@ -120,6 +120,7 @@ class Event(msgspec.Struct, gc=False):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_EMPTY_ARGS = Args()
 _ANY_DECODER = msgspec.json.Decoder()
 
 
@@ -215,14 +216,16 @@ def _lenient_event(item: Any) -> Event | None:
     return Event(**scalars, args=typed_args)
 
 
-def decode_events(piece: bytes) -> list[Event]:
+def decode_events(piece: bytes) -> tuple[list[Event], int]:
+    """The events of a piece, and how many items were not event objects at all."""
     try:
-        return _EVENTS_DECODER.decode(piece)
+        return _EVENTS_DECODER.decode(piece), 0
     except msgspec.ValidationError:
         items = _ANY_DECODER.decode(piece)
         if not isinstance(items, list):
             raise TraceFormatError("'traceEvents' is not a list") from None
-        return [event for event in map(_lenient_event, items) if event is not None]
+        events = [event for event in map(_lenient_event, items) if event is not None]
+        return events, len(items) - len(events)
 
 
 # ---- building columns ------------------------------------------------------------------------
@@ -246,6 +249,7 @@ class TableBuilder:
         self._times: dict[str, list[float]] = {"memory": [], "flows": [], "counters": [], "instants": []}
         self._open_begins: dict[int, list[tuple[float, Event]]] = {}
         self.event_count = 0
+        self.non_event_items = 0
 
     def warn(self, message: str) -> None:
         self.warnings[message] = self.warnings.get(message, 0) + 1
@@ -331,11 +335,7 @@ class TableBuilder:
         external_ids = columns["external_id"]
         correlations = columns["correlation"]
         for offset, event in enumerate(events):
-            args = event.args
-            if args is None:
-                external_ids.append(NO_ID)
-                correlations.append(NO_ID)
-                continue
+            args = event.args if event.args is not None else _EMPTY_ARGS
             external = args.external_id if args.external_id is not None else args.external_id_old
             external_ids.append(_as_int(external) if type(external) is not int else external)
             correlation = args.correlation
@@ -600,8 +600,9 @@ def parse_trace(
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        for piece, counters in reader.pieces(_decode_piece):
+        for piece, counters, not_events in reader.pieces(_decode_piece):
             builder.add(piece)
+            builder.non_event_items += not_events
             if counters:
                 builder.add_counters(counters)
     except TraceFormatError:
@@ -611,19 +612,25 @@ def parse_trace(
     finally:
         if gc_was_enabled:
             gc.enable()
-    tables = builder.finish(reader.top_level)
+    if builder.event_count == 0 and builder.non_event_items:
+        raise TraceFormatError(
+            f"a JSON list of {builder.non_event_items:,} rows that are not trace events (this looks like "
+            "torch.profiler's export_memory_timeline output, a memory timeline, not a Chrome trace)"
+        )
     if builder.event_count == 0:
         raise TraceFormatError("the trace has no events")
-    return tables
+    if builder.non_event_items:
+        builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
+    return builder.finish(reader.top_level)
 
 
-def _decode_piece(piece: bytes) -> tuple[list[Event], list[Any] | None]:
-    events = decode_events(piece)
+def _decode_piece(piece: bytes) -> tuple[list[Event], list[Any] | None, int]:
+    events, not_events = decode_events(piece)
     counters = None
     if b'"C"' in piece:
         items = _ANY_DECODER.decode(piece)
         counters = [item for item in items if isinstance(item, dict) and item.get("ph") == "C"]
-    return events, counters
+    return events, counters, not_events
 
 
 def parse_trace_file(path: Path, **kwargs: Any) -> TraceTables:
