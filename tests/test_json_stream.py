@@ -1,0 +1,115 @@
+"""The streaming reader: any chunk size gives the same tables; broken files fail with a clear message."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import numpy as np
+import orjson
+import pytest
+
+from conftest import corpus_file
+from profscope.ingest import json_stream
+from profscope.ingest.json_stream import SizeLimitExceeded, TraceFormatError
+from profscope.ingest.kineto import parse_trace
+
+RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+
+
+STRING_COLUMNS = {"name", "cat", "input_dims", "input_types", "call_stack", "collective_name", "dtype", "pg_name",
+                  "pg_desc", "pg_ranks", "series"}
+
+
+def _decoded(tables, table: str, column: str) -> np.ndarray:
+    """Column values with string ids and track ids replaced by what they stand for."""
+    values = np.asarray(tables.columns[table][column])
+    if column in STRING_COLUMNS:
+        return np.array([tables.strings[int(v)] for v in values], dtype=object)
+    if column == "track":
+        return np.array([(tables.tracks[int(v)].pid, tables.tracks[int(v)].tid) for v in values], dtype=object)
+    return values
+
+
+def _tables_equal(a, b) -> None:
+    for table, columns in a.columns.items():
+        for column in columns:
+            np.testing.assert_array_equal(_decoded(a, table, column), _decoded(b, table, column), err_msg=f"{table}.{column}")
+    assert a.meta == b.meta
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 10, 7919, 1 << 16])
+def test_small_chunks_give_identical_tables(monkeypatch: pytest.MonkeyPatch, chunk_bytes: int) -> None:
+    data = corpus_file(RESNET).read_bytes()
+    whole = parse_trace(io.BytesIO(data))
+    monkeypatch.setattr(json_stream, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (chunk_bytes,))
+    chunked = parse_trace(io.BytesIO(data))
+    _tables_equal(whole, chunked)
+
+
+def test_event_separators_inside_strings_do_not_split_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    tricky = '"}, {"ph": "X"}, {'
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i} {tricky}" * 3, "pid": 1, "tid": 1, "ts": i, "dur": 1}
+              for i in range(300)]
+    data = orjson.dumps({"traceEvents": events, "traceName": "x"}).replace(b"},{", b"},\n  {")
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (257,))
+    tables = parse_trace(io.BytesIO(data))
+    assert tables.row_count("events") == 300
+    assert tables.strings[int(tables.events["name"][0])] == f"op0 {tricky}" * 3
+    assert tables.meta["traceName"] == "x"
+
+
+def test_keys_after_the_event_list_are_read() -> None:
+    data = orjson.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}],
+                         "distributedInfo": {"rank": 3, "world_size": 4, "pg_config": [{"ranks": [0, 1]}]}})
+    tables = parse_trace(io.BytesIO(data))
+    assert tables.meta["distributedInfo"]["rank"] == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "not a JSON trace"),
+        (b"hello", "not a JSON trace"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X", "na', "truncated"),
+        (b'{"traceEvents": {"ph": "X"}}', "'traceEvents' is not a list"),
+        (b'{"schemaVersion": 1}', "no 'traceEvents' list"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1} {"ph": "X"}]}', "malformed"),
+        (b'{"traceEvents": []}', "no events"),
+    ],
+)
+def test_broken_files_fail_with_a_message(data: bytes, message: str) -> None:
+    with pytest.raises(TraceFormatError) as failure:
+        parse_trace(io.BytesIO(data))
+    assert message in str(failure.value)
+
+
+def test_truncated_gzip_fails_with_a_message() -> None:
+    data = gzip.compress(corpus_file(RESNET).read_bytes()[:0] + gzip.decompress(corpus_file(RESNET).read_bytes()))
+    with pytest.raises(TraceFormatError) as failure:
+        parse_trace(io.BytesIO(data[: len(data) // 2]))
+    assert "truncated" in str(failure.value) or "decompress" in str(failure.value)
+
+
+def test_decompressed_size_is_bounded() -> None:
+    bomb = gzip.compress(b'{"traceEvents": [' + b" " * (20 << 20) + b"]}")
+    assert len(bomb) < 100_000
+    with pytest.raises(SizeLimitExceeded):
+        parse_trace(io.BytesIO(bomb), max_trace_bytes=1 << 20)
+
+
+def test_wrong_types_are_coerced_or_dropped_not_fatal() -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "str ts", "pid": 1, "tid": 1, "ts": "20", "dur": "5"},
+        {"ph": "X", "cat": "cpu_op", "name": "bad args", "pid": 1, "tid": 1, "ts": 30, "dur": 5,
+         "args": {"External id": {"nested": True}, "Input Dims": "not a list"}},
+        {"ph": "X", "cat": ["list"], "name": 42, "pid": [1], "tid": None, "ts": 40, "dur": -3},
+        {"ph": "X", "name": "no ts", "dur": 1},
+        "not an object",
+    ]
+    tables = parse_trace(io.BytesIO(orjson.dumps({"traceEvents": events})))
+    assert tables.row_count("events") == 4
+    assert (tables.events["dur_ns"] >= 0).all()
+    assert any("ts" in w["message"] for w in tables.meta["warnings"])
