@@ -23,8 +23,22 @@ def free_port() -> int:
 @contextmanager
 def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int = 2) -> Iterator[str]:
     port = free_port()
-    command = [sys.executable, "-m", "profscope.cli", "serve", *map(str, roots), "--port", str(port),
-               "--cache-dir", str(cache_dir), "--workers", str(workers), "--log-level", "warning", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "profscope.cli",
+        "serve",
+        *map(str, roots),
+        "--port",
+        str(port),
+        "--cache-dir",
+        str(cache_dir),
+        "--workers",
+        str(workers),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
     log_path = cache_dir.parent / f"server-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})

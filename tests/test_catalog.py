@@ -12,8 +12,10 @@ from profscope.sources.base import ObjectInfo
     ("key", "expected"),
     [
         ("run/worker0.1623143089861.pt.trace.json.gz", ("run", "worker0", "1623143089861", None)),
-        ("a/b/host-1.example.com_4025559.1732704788383329918.pt.trace.json",
-         ("a/b", "host-1.example.com_4025559", "1732704788383329918", None)),
+        (
+            "a/b/host-1.example.com_4025559.1732704788383329918.pt.trace.json",
+            ("a/b", "host-1.example.com_4025559", "1732704788383329918", None),
+        ),
         ("r/rank0.pt.trace.json", ("r", "rank0", "default", None)),
         ("hta/rank-3.json.gz", ("hta", "rank-3", "default", None)),
         ("job/traces/rank5_dp1_tp0_pp1/step_20.json", ("job/traces", "rank5_dp1_tp0_pp1", "step_20", None)),
@@ -37,10 +39,22 @@ def _info(key: str) -> ObjectInfo:
 
 
 def test_runs_workers_and_spans_in_time_order() -> None:
-    runs = build_runs([("root", "/data", [
-        _info("exp/w1.200.pt.trace.json.gz"), _info("exp/w1.100.pt.trace.json.gz"), _info("exp/w0.150.pt.trace.json"),
-        _info("exp/w10.1.pt.trace.json"), _info("exp/w2.1.pt.trace.json"), _info("exp/snap.pickle"),
-    ])])
+    runs = build_runs(
+        [
+            (
+                "root",
+                "/data",
+                [
+                    _info("exp/w1.200.pt.trace.json.gz"),
+                    _info("exp/w1.100.pt.trace.json.gz"),
+                    _info("exp/w0.150.pt.trace.json"),
+                    _info("exp/w10.1.pt.trace.json"),
+                    _info("exp/w2.1.pt.trace.json"),
+                    _info("exp/snap.pickle"),
+                ],
+            )
+        ]
+    )
     run = runs["exp"]
     assert run.workers() == {"w0": ["150"], "w1": ["100", "200"], "w2": ["1"], "w10": ["1"]}
     assert [f.key for f in run.files if f.refusal] == ["exp/snap.pickle"]
@@ -49,9 +63,11 @@ def test_runs_workers_and_spans_in_time_order() -> None:
 
 
 def test_several_roots_get_prefixed_run_names_and_duplicates_stay_apart() -> None:
-    runs = build_runs([
-        ("a", "/a", [_info("t.json"), _info("t.json.gz")]),
-        ("b", "/b", [_info("x/t.json")]),
-    ])
+    runs = build_runs(
+        [
+            ("a", "/a", [_info("t.json"), _info("t.json.gz")]),
+            ("b", "/b", [_info("x/t.json")]),
+        ]
+    )
     assert set(runs) == {"a", "b/x"}
     assert sorted(runs["a"].workers()["t"]) == ["default", "default~t.json.gz"]

@@ -18,8 +18,9 @@ from profscope.analysis.operators import operator_rows
 from profscope.analysis.overview import build_overview
 from profscope.ingest.kineto import parse_trace
 
-DEVICE_PROPERTIES = [{"id": 0, "name": "Test GPU", "totalGlobalMem": 16 * 2**30, "computeMajor": 7, "computeMinor": 0,
-                      "numSms": 80}]
+DEVICE_PROPERTIES = [
+    {"id": 0, "name": "Test GPU", "totalGlobalMem": 16 * 2**30, "computeMajor": 7, "computeMinor": 0, "numSms": 80}
+]
 
 
 def _x(cat: str, name: str, ts: float, dur: float, pid: int = 1, tid: int = 1, **args: object) -> dict:
@@ -36,24 +37,53 @@ def events(dialect: str) -> list[dict]:
     gpu = {"pid": 0, "tid": 7}
     return [
         _x(step, "ProfilerStep#1", 0, 100, **{"External id": 1}),
-        _x("user_annotation" if modern else "Operator", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 5, 10,
-           **{"External id": 2}),
+        _x(
+            "user_annotation" if modern else "Operator",
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            5,
+            10,
+            **{"External id": 2},
+        ),
         _x(op, "aten::linear", 20, 40, **{"External id": 10, "Input Dims": [[8, 4], [4, 4], [4]]}),
         _x(op, "aten::addmm", 25, 30, **{"External id": 11, "Input Dims": [[4], [8, 4], [4, 4]]}),
         _x(runtime, "cudaLaunchKernel", 30, 5, **{"External id": 11, "correlation": 100}),
         _x(runtime, "cudaMemcpyAsync", 62, 4, **{"External id": 0, "correlation": 101}),
         _x(op, "nccl:all_reduce", 70, 10, **{"External id": 12}),
         _x(runtime, "cudaLaunchKernel", 72, 2, **{"External id": 12, "correlation": 102}),
-        _x(kernel, "volta_h884gemm_64x64_nn", 40, 50, **gpu, correlation=100, device=0, stream=7,
-           **{"blocks per SM": 0.5, "est. achieved occupancy %": 40, "grid": [4, 1, 1], "block": [128, 1, 1],
-              "registers per thread": 64, "shared memory": 1024}),
+        _x(
+            kernel,
+            "volta_h884gemm_64x64_nn",
+            40,
+            50,
+            **gpu,
+            correlation=100,
+            device=0,
+            stream=7,
+            **{
+                "blocks per SM": 0.5,
+                "est. achieved occupancy %": 40,
+                "grid": [4, 1, 1],
+                "block": [128, 1, 1],
+                "registers per thread": 64,
+                "shared memory": 1024,
+            },
+        ),
         _x(memcpy, "Memcpy HtoD (Pageable -> Device)", 66, 4, **gpu, correlation=101, device=0, stream=7),
         _x(kernel, "ncclKernel_AllReduce_RING_LL_Sum_float", 75, 20, **gpu, correlation=102, device=0, stream=7),
         _x(step, "ProfilerStep#2", 100, 50, **{"External id": 20}),
         _x(op, "aten::relu", 110, 10, **{"External id": 21}),
         _x(runtime, "cudaLaunchKernel", 112, 2, **{"External id": 21, "correlation": 103}),
-        _x(kernel, "relu_kernel", 115, 20, **gpu, correlation=103, device=0, stream=7,
-           **{"blocks per SM": 2.0, "est. achieved occupancy %": 80}),
+        _x(
+            kernel,
+            "relu_kernel",
+            115,
+            20,
+            **gpu,
+            correlation=103,
+            device=0,
+            stream=7,
+            **{"blocks per SM": 2.0, "est. achieved occupancy %": 80},
+        ),
     ]
 
 

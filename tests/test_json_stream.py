@@ -17,8 +17,19 @@ from profscope.ingest.kineto import parse_trace
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 
 
-STRING_COLUMNS = {"name", "cat", "input_dims", "input_types", "call_stack", "collective_name", "dtype", "pg_name",
-                  "pg_desc", "pg_ranks", "series"}
+STRING_COLUMNS = {
+    "name",
+    "cat",
+    "input_dims",
+    "input_types",
+    "call_stack",
+    "collective_name",
+    "dtype",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "series",
+}
 
 
 def _decoded(tables, table: str, column: str) -> np.ndarray:
@@ -34,7 +45,9 @@ def _decoded(tables, table: str, column: str) -> np.ndarray:
 def _tables_equal(a, b) -> None:
     for table, columns in a.columns.items():
         for column in columns:
-            np.testing.assert_array_equal(_decoded(a, table, column), _decoded(b, table, column), err_msg=f"{table}.{column}")
+            np.testing.assert_array_equal(
+                _decoded(a, table, column), _decoded(b, table, column), err_msg=f"{table}.{column}"
+            )
     assert a.meta == b.meta
 
 
@@ -50,8 +63,10 @@ def test_small_chunks_give_identical_tables(monkeypatch: pytest.MonkeyPatch, chu
 
 def test_event_separators_inside_strings_do_not_split_events(monkeypatch: pytest.MonkeyPatch) -> None:
     tricky = '"}, {"ph": "X"}, {'
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i} {tricky}" * 3, "pid": 1, "tid": 1, "ts": i, "dur": 1}
-              for i in range(300)]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i} {tricky}" * 3, "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(300)
+    ]
     data = orjson.dumps({"traceEvents": events, "traceName": "x"}).replace(b"},{", b"},\n  {")
     monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (257,))
     tables = parse_trace(io.BytesIO(data))
@@ -61,8 +76,13 @@ def test_event_separators_inside_strings_do_not_split_events(monkeypatch: pytest
 
 
 def test_keys_after_the_event_list_are_read() -> None:
-    data = orjson.dumps({"schemaVersion": 1, "traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}],
-                         "distributedInfo": {"rank": 3, "world_size": 4, "pg_config": [{"ranks": [0, 1]}]}})
+    data = orjson.dumps(
+        {
+            "schemaVersion": 1,
+            "traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}],
+            "distributedInfo": {"rank": 3, "world_size": 4, "pg_config": [{"ranks": [0, 1]}]},
+        }
+    )
     tables = parse_trace(io.BytesIO(data))
     assert tables.meta["distributedInfo"]["rank"] == 3
 
@@ -103,8 +123,16 @@ def test_wrong_types_are_coerced_or_dropped_not_fatal() -> None:
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": {"External id": 1}},
         {"ph": "X", "cat": "cpu_op", "name": "str ts", "pid": 1, "tid": 1, "ts": "20", "dur": "5"},
-        {"ph": "X", "cat": "cpu_op", "name": "bad args", "pid": 1, "tid": 1, "ts": 30, "dur": 5,
-         "args": {"External id": {"nested": True}, "Input Dims": "not a list"}},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "bad args",
+            "pid": 1,
+            "tid": 1,
+            "ts": 30,
+            "dur": 5,
+            "args": {"External id": {"nested": True}, "Input Dims": "not a list"},
+        },
         {"ph": "X", "cat": ["list"], "name": 42, "pid": [1], "tid": None, "ts": 40, "dur": -3},
         {"ph": "X", "name": "no ts", "dur": 1},
         "not an object",

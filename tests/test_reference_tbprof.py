@@ -22,8 +22,17 @@ from profscope.analysis.overview import build_overview
 from profscope.ingest.kineto import parse_trace_file
 
 REFERENCE = Path(__file__).resolve().parent / "reference_data"
-STEP_FIELDS = ("total_us", "kernel_us", "memcpy_us", "memset_us", "communication_us", "runtime_us",
-               "dataloader_us", "cpu_exec_us", "other_us")
+STEP_FIELDS = (
+    "total_us",
+    "kernel_us",
+    "memcpy_us",
+    "memset_us",
+    "communication_us",
+    "runtime_us",
+    "dataloader_us",
+    "cpu_exec_us",
+    "other_us",
+)
 GPU_FIELDS = ("utilization_pct", "est_sm_efficiency_pct", "est_achieved_occupancy_pct")
 
 
@@ -95,13 +104,25 @@ def test_old_format_resnet_matches_the_plugin_exactly(name: str) -> None:
         assert got["mean_blocks_per_sm"] == pytest.approx(row["mean_blocks_per_sm"], abs=0.01)
         assert got["mean_est_achieved_occupancy_pct"] == pytest.approx(row["mean_est_achieved_occupancy_pct"], abs=0.01)
     by_launch = {
-        (r["name"], r["operator"], json.dumps(r["grid"]), json.dumps(r["block"]), r["registers_per_thread"],
-         r["shared_memory"]): r
+        (
+            r["name"],
+            r["operator"],
+            json.dumps(r["grid"]),
+            json.dumps(r["block"]),
+            r["registers_per_thread"],
+            r["shared_memory"],
+        ): r
         for r in kernel_rows(tables, context.tree, "kernel_op")
     }
     for row in ref["kernels"]["kernel_op"]:
-        key = (row["name"], row["operator"], json.dumps(json.loads(row["grid"])), json.dumps(json.loads(row["block"])),
-               row["registers_per_thread"], row["shared_memory"])
+        key = (
+            row["name"],
+            row["operator"],
+            json.dumps(json.loads(row["grid"])),
+            json.dumps(json.loads(row["block"])),
+            row["registers_per_thread"],
+            row["shared_memory"],
+        )
         assert by_launch[key]["calls"] == row["calls"]
         assert by_launch[key]["total_us"] == pytest.approx(row["total_us"], abs=1.0)
 
@@ -136,7 +157,9 @@ def test_simple_add_matches_except_tensor_core_kernels_the_plugin_list_misses() 
 def test_bert_counts_driver_launches_as_runtime() -> None:
     """H100 traces launch cutlass kernels with cuLaunchKernel (``cuda_driver``): profscope counts that
     launch time as Runtime; the plugin left it in CPU Exec. Everything else agrees."""
-    ref = reference("traces__AMD-AGI_TraceLens__tests__traces__h100__gaunernst_bert-small-uncased__1016001.tbprof-main.json")
+    ref = reference(
+        "traces__AMD-AGI_TraceLens__tests__traces__h100__gaunernst_bert-small-uncased__1016001.tbprof-main.json"
+    )
     _, _, overview = analysed(ref["source"])
     unaffected = tuple(f for f in STEP_FIELDS if f not in ("runtime_us", "cpu_exec_us"))
     assert_steps_equal(ref, overview, unaffected)
@@ -148,7 +171,8 @@ def test_bert_counts_driver_launches_as_runtime() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["hta__nccl_parser_config__nccl_data.tbprof-main.json", "hta__trace_filter__sampled_rank-0.tbprof-main.json"]
+    "name",
+    ["hta__nccl_parser_config__nccl_data.tbprof-main.json", "hta__trace_filter__sampled_rank-0.tbprof-main.json"],
 )
 def test_nccl_kernels_count_as_communication(name: str) -> None:
     """On these torch 2.x NCCL traces the plugin found (almost) no communication: its NCCL kernels'

@@ -69,12 +69,14 @@ def test_views_over_http_equal_the_analysis(server) -> None:  # type: ignore[no-
     assert overview["steps"] == expected["steps"]
     assert overview["gpus"] == expected["gpus"]
     assert overview["worker"] == "worker0" and overview["span"] == "1623143089861"
-    operators = httpx.get(f"{base}/api/operators", params={"run": "resnet", "search": "conv", "top": 3,
-                                                           "sort": "-host_total_us"}).json()
+    operators = httpx.get(
+        f"{base}/api/operators", params={"run": "resnet", "search": "conv", "top": 3, "sort": "-host_total_us"}
+    ).json()
     assert len(operators["rows"]) == 3
     assert all("conv" in r["name"].lower() for r in operators["rows"])
-    assert [r["host_total_us"] for r in operators["rows"]] == sorted((r["host_total_us"] for r in operators["rows"]),
-                                                                    reverse=True)
+    assert [r["host_total_us"] for r in operators["rows"]] == sorted(
+        (r["host_total_us"] for r in operators["rows"]), reverse=True
+    )
     kernels = httpx.get(f"{base}/api/kernels", params={"run": "resnet", "group_by": "kernel_op"}).json()
     assert kernels["rows"][0]["operator"] and kernels["rows"][0]["grid"]
     stacks = httpx.get(f"{base}/api/operators/stacks", params={"run": "resnet", "name": "aten::conv2d"}).json()
@@ -90,7 +92,9 @@ def test_a_broken_file_fails_alone_with_its_message(server) -> None:  # type: ig
     broken = runs["broken"]
     assert broken["state"] == "error"
     messages = {e["file"]: e["message"] for e in broken["errors"]}
-    assert "gzip" in messages["broken/bad.1.pt.trace.json.gz"] or "truncated" in messages["broken/bad.1.pt.trace.json.gz"]
+    assert (
+        "gzip" in messages["broken/bad.1.pt.trace.json.gz"] or "truncated" in messages["broken/bad.1.pt.trace.json.gz"]
+    )
     assert "memory snapshot" in messages["broken/snapshot.pickle"]
     response = httpx.get(f"{base}/api/overview", params={"run": "broken"})
     assert response.status_code == 422 and response.json()["error"]
@@ -104,8 +108,13 @@ def test_files_added_later_join_their_run(server, roots: Path) -> None:  # type:
     shutil.copy(corpus_file(RESNET), roots / "resnet" / "worker0.1623143566756.pt.trace.json.gz")
     runs = wait_for(lambda: (r := _runs(base)) and len(r["resnet"]["workers"][0]["spans"]) == 2 and r)
     assert runs["resnet"]["workers"][0]["spans"] == ["1623143089861", "1623143566756"]
-    overview = wait_for(lambda: (r := httpx.get(f"{base}/api/overview",
-                                                params={"run": "resnet", "span": "1623143566756"})).status_code == 200 and r)
+    overview = wait_for(
+        lambda: (
+            (r := httpx.get(f"{base}/api/overview", params={"run": "resnet", "span": "1623143566756"})).status_code
+            == 200
+            and r
+        )
+    )
     assert overview.json()["span"] == "1623143566756"
 
 
@@ -128,8 +137,19 @@ def test_source_viewer_refuses_without_a_source_root(server) -> None:  # type: i
 
 
 def test_progress_is_reported_while_a_big_trace_parses(tmp_path: Path) -> None:
-    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5,
-               "args": {"External id": i, "Input Dims": [[i % 7, 3]]}} for i in range(400_000)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"aten::op{i % 50}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i * 10,
+            "dur": 5,
+            "args": {"External id": i, "Input Dims": [[i % 7, 3]]},
+        }
+        for i in range(400_000)
+    ]
     root = tmp_path / "big"
     root.mkdir()
     (root / "w.1.pt.trace.json").write_bytes(orjson.dumps({"traceEvents": events}))

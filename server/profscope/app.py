@@ -64,7 +64,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_bundle() -> FileResponse:
-        return FileResponse(plotly_js(), media_type="application/javascript", headers={"Cache-Control": "max-age=86400"})
+        return FileResponse(
+            plotly_js(), media_type="application/javascript", headers={"Cache-Control": "max-age=86400"}
+        )
 
     app.include_router(runs.router)
     app.include_router(views.router)

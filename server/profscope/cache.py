@@ -7,6 +7,7 @@ reader (or a restarted server) never sees half a result.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -79,8 +80,6 @@ class TraceCache:
         total = 0
         for dirpath, _, filenames in os.walk(self.root):
             for name in filenames:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.path.getsize(os.path.join(dirpath, name))
-                except OSError:
-                    pass
         return total

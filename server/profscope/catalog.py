@@ -99,8 +99,11 @@ def classify(key: str) -> tuple[str, str, str, str | None] | None:
         if lowered.endswith(suffix):
             return folder, path.stem, name, f"not a trace: {reason}"
     if _MEMORY_SNAPSHOT.search(lowered):
-        return folder, path.stem, name, (
-            "a CUDA memory snapshot: it will open in the Memory view, which this version does not have yet"
+        return (
+            folder,
+            path.stem,
+            name,
+            ("a CUDA memory snapshot: it will open in the Memory view, which this version does not have yet"),
         )
     if not _TRACE_LIKE.search(lowered):
         return None

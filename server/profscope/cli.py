@@ -30,32 +30,67 @@ def build_parser() -> argparse.ArgumentParser:
         "with an environment variable PROFSCOPE_<FLAG> (e.g. PROFSCOPE_PORT=9000).",
     )
     serve.add_argument(
-        "roots", nargs="*", metavar="ROOT",
+        "roots",
+        nargs="*",
+        metavar="ROOT",
         help="folders of traces to serve (searched recursively); with none, the built-in demo run is served",
     )
-    serve.add_argument("--host", default=env("HOST", "127.0.0.1"),
-                       help="address to listen on (default 127.0.0.1; use 0.0.0.0 in a container)")
+    serve.add_argument(
+        "--host",
+        default=env("HOST", "127.0.0.1"),
+        help="address to listen on (default 127.0.0.1; use 0.0.0.0 in a container)",
+    )
     serve.add_argument("--port", type=int, default=_int_env("PORT", 8080), help="port to listen on (default 8080)")
-    serve.add_argument("--cache-dir", type=Path, default=Path(env("CACHE_DIR") or default_cache_dir()),
-                       help="where parsed traces are cached; a restarted server reuses it (default ~/.cache/profscope)")
-    serve.add_argument("--workers", type=int, default=_int_env("WORKERS", Settings().workers),
-                       help="number of worker processes that parse traces (default: CPU count, at most 4)")
-    serve.add_argument("--rescan-seconds", type=float, default=float(env("RESCAN_SECONDS") or 10.0),
-                       help="how often the roots are listed again to find new or changed files (default 10)")
-    serve.add_argument("--max-trace-bytes", type=int, default=_int_env("MAX_TRACE_BYTES", 64 << 30),
-                       help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)")
-    serve.add_argument("--source-root", action="append", type=Path, default=None,
-                       help="folder whose files the jump-to-source viewer may show (repeatable)")
-    serve.add_argument("--source-link", default=env("SOURCE_LINK", ""),
-                       help="extra link for stack frames, e.g. 'vscode://file/{path}:{line}' or "
-                            "'https://github.com/ORG/REPO/blob/{rev}/{relpath}#L{line}'")
-    serve.add_argument("--source-path-map", action="append", default=None, metavar="PREFIX=REPLACEMENT",
-                       help="rewrite a frame path prefix to a repository path for {relpath} (repeatable)")
+    serve.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(env("CACHE_DIR") or default_cache_dir()),
+        help="where parsed traces are cached; a restarted server reuses it (default ~/.cache/profscope)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=_int_env("WORKERS", Settings().workers),
+        help="number of worker processes that parse traces (default: CPU count, at most 4)",
+    )
+    serve.add_argument(
+        "--rescan-seconds",
+        type=float,
+        default=float(env("RESCAN_SECONDS") or 10.0),
+        help="how often the roots are listed again to find new or changed files (default 10)",
+    )
+    serve.add_argument(
+        "--max-trace-bytes",
+        type=int,
+        default=_int_env("MAX_TRACE_BYTES", 64 << 30),
+        help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
+    )
+    serve.add_argument(
+        "--source-root",
+        action="append",
+        type=Path,
+        default=None,
+        help="folder whose files the jump-to-source viewer may show (repeatable)",
+    )
+    serve.add_argument(
+        "--source-link",
+        default=env("SOURCE_LINK", ""),
+        help="extra link for stack frames, e.g. 'vscode://file/{path}:{line}' or "
+        "'https://github.com/ORG/REPO/blob/{rev}/{relpath}#L{line}'",
+    )
+    serve.add_argument(
+        "--source-path-map",
+        action="append",
+        default=None,
+        metavar="PREFIX=REPLACEMENT",
+        help="rewrite a frame path prefix to a repository path for {relpath} (repeatable)",
+    )
     serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
     serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
 
     ingest = commands.add_parser(
-        "ingest", help="parse trace files and compute every view, printing timings (for benchmarks)",
+        "ingest",
+        help="parse trace files and compute every view, printing timings (for benchmarks)",
         description="Parse trace files in this process and compute every view payload, as a worker would.",
     )
     ingest.add_argument("files", nargs="+", type=Path)
@@ -92,8 +127,10 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings_from(args)
     app = create_app(settings)
-    print(f"profscope {__version__}: serving {', '.join(settings.roots)} on http://{settings.host}:{settings.port}",
-          flush=True)
+    print(
+        f"profscope {__version__}: serving {', '.join(settings.roots)} on http://{settings.host}:{settings.port}",
+        flush=True,
+    )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
     return 0
 
@@ -108,8 +145,14 @@ def ingest(args: argparse.Namespace) -> int:
     for path in args.files:
         started = time.perf_counter()
         result = run_ingest(
-            IngestRequest(source_uri=str(path.resolve().parent), key=path.name, size=path.stat().st_size,
-                          cache_key=f"cli-{path.name}", cache_root=str(cache_dir), max_trace_bytes=64 << 30)
+            IngestRequest(
+                source_uri=str(path.resolve().parent),
+                key=path.name,
+                size=path.stat().st_size,
+                cache_key=f"cli-{path.name}",
+                cache_root=str(cache_dir),
+                max_trace_bytes=64 << 30,
+            )
         )
         result["wall_s"] = time.perf_counter() - started
         failures += "error" in result

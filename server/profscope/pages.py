@@ -20,9 +20,7 @@ PAGES = {
 
 
 def _render(request: Request, template: str, **context: object) -> HTMLResponse:
-    return templates.TemplateResponse(
-        request, template, {"version": __version__, "pages": PAGES, **context}
-    )
+    return templates.TemplateResponse(request, template, {"version": __version__, "pages": PAGES, **context})
 
 
 @router.get("/", response_class=HTMLResponse)

@@ -105,8 +105,11 @@ class Profscope:
             state = "ready"
         total = sum(s.bytes_total for s in states) or 1
         done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states)
-        errors = [{"file": t.key, "message": s.message or "failed"} for t, s in zip(traces, states, strict=True)
-                  if s.state == "error"]
+        errors = [
+            {"file": t.key, "message": s.message or "failed"}
+            for t, s in zip(traces, states, strict=True)
+            if s.state == "error"
+        ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
         return {
             "run": run.name,

@@ -84,8 +84,10 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         if kept_nodes[node]:
             node_of_external.setdefault(int(external_id[row]), int(alias[node]))
     by_external = np.array(
-        [node_of_external.get(ext, UNLINKED) if ext not in (0, NO_ID) else UNLINKED
-         for ext in external_id[runtime_rows].tolist()],
+        [
+            node_of_external.get(ext, UNLINKED) if ext not in (0, NO_ID) else UNLINKED
+            for ext in external_id[runtime_rows].tolist()
+        ],
         dtype=np.int64,
     )
     consistent = np.zeros(len(runtime_rows), dtype=bool)
@@ -100,7 +102,9 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     enclosing = lookup(alias, runtime_enclosing, ROOT)
     runtime_node = np.where(consistent, by_external, enclosing)
     runtime_of_correlation = {
-        int(c): int(r) for c, r in zip(correlation[runtime_rows].tolist(), runtime_rows.tolist(), strict=True) if c != NO_ID
+        int(c): int(r)
+        for c, r in zip(correlation[runtime_rows].tolist(), runtime_rows.tolist(), strict=True)
+        if c != NO_ID
     }
     runtime_index = {int(r): i for i, r in enumerate(runtime_rows.tolist())}
     device_rows = np.flatnonzero(np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
@@ -147,10 +151,12 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     node_names = name[host_rows]
     excluded = rules.string_mask(
         tables.strings,
-        lambda s: s in rules.EXCLUDED_OPERATOR_NAMES
-        or rules.is_optimizer(s)
-        or rules.is_profiler_step(s)
-        or rules.is_dataloader(s),
+        lambda s: (
+            s in rules.EXCLUDED_OPERATOR_NAMES
+            or rules.is_optimizer(s)
+            or rules.is_profiler_step(s)
+            or rules.is_dataloader(s)
+        ),
     )
     is_operator = live & is_cpu_op & ~excluded[node_names]
 

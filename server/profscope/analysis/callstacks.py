@@ -114,8 +114,9 @@ def stacks_by_operator(tables: TraceTables, tree: CallTree, group_by: str) -> di
             continue
         name = tables.strings[int(names[position])]
         key = name if shapes is None else f"{name}\u0000{tables.strings[int(shapes[position])]}"
-        entry = groups.setdefault((key, stack), {"calls": 0, "host_self": 0, "host_total": 0, "device_self": 0,
-                                                 "device_total": 0})
+        entry = groups.setdefault(
+            (key, stack), {"calls": 0, "host_self": 0, "host_total": 0, "device_self": 0, "device_total": 0}
+        )
         entry["calls"] += 1
         entry["host_self"] += int(tree.host_self_ns[node])
         entry["host_total"] += int(tree.host_total_ns[node])

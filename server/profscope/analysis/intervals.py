@@ -86,7 +86,7 @@ def weighted_coverage(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, 
     ends = np.asarray(ends, dtype=np.int64)
     values = np.asarray(values, dtype=np.float64)
     if len(starts) == 0:
-        return empty() + (np.zeros(0),)
+        return (*empty(), np.zeros(0))
     points = np.concatenate([starts, ends])
     deltas = np.concatenate([values, -values])
     order = np.argsort(points, kind="stable")

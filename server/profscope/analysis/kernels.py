@@ -44,8 +44,19 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
     if group_by == "kernel":
         keys = name[:, None]
     else:
-        launch = [np.asarray(kernels[c])[is_kernel].astype(np.int64) for c in
-                  ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_memory")]
+        launch = [
+            np.asarray(kernels[c])[is_kernel].astype(np.int64)
+            for c in (
+                "grid_x",
+                "grid_y",
+                "grid_z",
+                "block_x",
+                "block_y",
+                "block_z",
+                "registers_per_thread",
+                "shared_memory",
+            )
+        ]
         keys = np.stack([name, op_name.astype(np.int64), *launch], axis=1)
     unique_keys, group = np.unique(keys, axis=0, return_inverse=True)
     group = group.reshape(-1)
@@ -72,7 +83,9 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
             "min_us": minimum[i] / NS_PER_US,
             "tensor_cores_used": bool(tc_name[int(unique_keys[i, 0])]),
             "mean_blocks_per_sm": weighted_blocks[i] / total[i] if has_blocks and total[i] > 0 else None,
-            "mean_est_achieved_occupancy_pct": weighted_occupancy[i] / total[i] if has_occupancy and total[i] > 0 else None,
+            "mean_est_achieved_occupancy_pct": weighted_occupancy[i] / total[i]
+            if has_occupancy and total[i] > 0
+            else None,
         }
         if group_by == "kernel_op":
             op = int(unique_keys[i, 1])

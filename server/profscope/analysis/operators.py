@@ -21,7 +21,11 @@ def op_column(tables: TraceTables, column: str, event_rows: np.ndarray) -> np.nd
     op_events = np.asarray(ops["event"])
     position = np.searchsorted(op_events, event_rows)
     position = np.minimum(position, max(len(op_events) - 1, 0))
-    found = (len(op_events) > 0) & (op_events[position] == event_rows) if len(op_events) else np.zeros(len(event_rows), bool)
+    found = (
+        (len(op_events) > 0) & (op_events[position] == event_rows)
+        if len(op_events)
+        else np.zeros(len(event_rows), bool)
+    )
     values = np.asarray(ops[column])[position] if len(op_events) else np.zeros(len(event_rows), dtype=np.int64)
     return np.where(found, values, NO_ID)
 
@@ -39,9 +43,13 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     nodes = np.flatnonzero(tree.is_operator)
     events = tree.node_event[nodes]
     name = np.asarray(tables.events["name"])[events]
-    shape = op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
+    shape = (
+        op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
+    )
     keys = np.stack([name.astype(np.int64), shape.astype(np.int64)], axis=1)
-    unique_keys, group = np.unique(keys, axis=0, return_inverse=True) if len(nodes) else (np.zeros((0, 2), int), np.zeros(0, int))
+    unique_keys, group = (
+        np.unique(keys, axis=0, return_inverse=True) if len(nodes) else (np.zeros((0, 2), int), np.zeros(0, int))
+    )
     group = group.reshape(-1)
     count = len(unique_keys)
 
@@ -87,4 +95,7 @@ def operators_by_name(context: TraceContext) -> dict[str, Any]:
 
 @payload("operators.operator_input_shape")
 def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
-    return {"group_by": "operator_input_shape", "rows": operator_rows(context.tables, context.tree, "operator_input_shape")}
+    return {
+        "group_by": "operator_input_shape",
+        "rows": operator_rows(context.tables, context.tree, "operator_input_shape"),
+    }

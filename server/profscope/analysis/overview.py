@@ -123,14 +123,18 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
         sm_valid = on & (blocks_per_sm > 0)
         sm_efficiency = None
         if sm_valid.any():
-            seg_start, seg_end, value = intervals.weighted_coverage(ts[sm_valid], end[sm_valid], blocks_per_sm[sm_valid], 1.0)
+            seg_start, seg_end, value = intervals.weighted_coverage(
+                ts[sm_valid], end[sm_valid], blocks_per_sm[sm_valid], 1.0
+            )
             clipped_start = np.clip(seg_start, window_start, window_end)
             clipped_end = np.clip(seg_end, window_start, window_end)
             sm_efficiency = float(((clipped_end - clipped_start) * value).sum() / window_ns * 100.0)
         occupancy_pct = None
         occ_valid = on & (occupancy >= 0)
         if occ_valid.any():
-            clipped = np.clip(end[occ_valid], window_start, window_end) - np.clip(ts[occ_valid], window_start, window_end)
+            clipped = np.clip(end[occ_valid], window_start, window_end) - np.clip(
+                ts[occ_valid], window_start, window_end
+            )
             if clipped.sum() > 0:
                 occupancy_pct = float((clipped * occupancy[occ_valid]).sum() / clipped.sum())
         kernel_time = float((end[on] - ts[on]).sum())
@@ -191,12 +195,15 @@ def recommendations(
         )
     names_used = {tables.strings[int(i)] for i in np.unique(np.asarray(tables.events["name"]))}
     if "DataParallel.forward" in names_used and len(gpus) > 1:
-        advice.append("It is recommended to use DistributedDataParallel instead of DataParallel to do multi-GPU training.")
-    uses_nccl = any(n.startswith("nccl:") or "nccl" in n.lower() for n in names_used)
-    capabilities = [g.get("compute_capability") for g in gpus if g.get("compute_capability")]
-    if "DistributedDataParallel.forward" in names_used and not uses_nccl and capabilities:
-        if any(float(c) >= 3.5 for c in capabilities):
-            advice.append("Nccl backend is currently the fastest and highly recommended backend when using DDP for training.")
+        advice.append(
+            "It is recommended to use DistributedDataParallel instead of DataParallel to do multi-GPU training."
+        )
+    uses_nccl = any("nccl" in n.lower() for n in names_used)
+    capabilities = [float(g["compute_capability"]) for g in gpus if g.get("compute_capability")]
+    if "DistributedDataParallel.forward" in names_used and not uses_nccl and any(c >= 3.5 for c in capabilities):
+        advice.append(
+                "Nccl backend is currently the fastest and highly recommended backend when using DDP for training."
+            )
     if total > 0 and average["communication_us"] / total > 0.1:
         advice.append(
             f"This run has high time cost on communication. {average['communication_us'] / total * 100:.1f}% of the "
@@ -277,8 +284,11 @@ def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[st
         "gpus": gpus,
         "recommendations": advice,
         "notes": steps.notes
-        + ([f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
-           if tree.dropped else []),
+        + (
+            [f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
+            if tree.dropped
+            else []
+        ),
         "steps_from_profiler_steps": steps.from_profiler_steps,
     }
 

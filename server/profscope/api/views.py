@@ -35,7 +35,11 @@ def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Respons
 def _filter_rows(rows: list[dict], search: str, sort: str | None, top: int | None) -> list[dict]:
     if search:
         needle = search.lower()
-        rows = [r for r in rows if needle in str(r.get("name", "")).lower() or needle in str(r.get("operator") or "").lower()]
+        rows = [
+            r
+            for r in rows
+            if needle in str(r.get("name", "")).lower() or needle in str(r.get("operator") or "").lower()
+        ]
     if sort:
         column, descending = sort.lstrip("-"), sort.startswith("-")
         if rows and column in rows[0]:

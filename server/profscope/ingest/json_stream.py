@@ -93,8 +93,7 @@ class LimitedReader:
         self.total += len(data)
         if self.total > self._limit:
             raise SizeLimitExceeded(
-                f"decompressed size exceeds the limit of {self._limit:,} bytes "
-                "(raise --max-trace-bytes to read it)"
+                f"decompressed size exceeds the limit of {self._limit:,} bytes (raise --max-trace-bytes to read it)"
             )
         return data
 
@@ -173,8 +172,7 @@ class ChromeTraceReader:
             return lead + 1
         if stripped[:1] != b"{":
             raise TraceFormatError(
-                "not a JSON trace: the file does not start with '{' or '['"
-                f" (starts with {stripped[:16]!r})"
+                f"not a JSON trace: the file does not start with '{{' or '[' (starts with {stripped[:16]!r})"
             )
         match = _TRACE_EVENTS_KEY.search(buffer)
         if match is None:

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
-from profscope.tables import FLOW_PHASES, NO_ID, SCHEMA, Kind, StringTable, Track, TraceTables
+from profscope.tables import FLOW_PHASES, NO_ID, SCHEMA, Kind, StringTable, TraceTables, Track
 
 PARSER_VERSION = 1
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
@@ -305,17 +305,17 @@ class TableBuilder:
             dur[np.isnan(dur)] = 0.0
         bad_ts = ~np.isfinite(ts) | (np.abs(ts) > 1e17)
         if bad_ts.any():
-            self.warnings["events without a usable 'ts' were skipped"] = (
-                self.warnings.get("events without a usable 'ts' were skipped", 0) + int(bad_ts.sum())
-            )
+            self.warnings["events without a usable 'ts' were skipped"] = self.warnings.get(
+                "events without a usable 'ts' were skipped", 0
+            ) + int(bad_ts.sum())
             keep = np.flatnonzero(~bad_ts)
             events = [events[i] for i in keep]
             ts, dur = ts[keep], dur[keep]
         bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > 1e15)
         if bad_dur.any():
-            self.warnings["negative, huge or missing durations were set to 0"] = (
-                self.warnings.get("negative, huge or missing durations were set to 0", 0) + int(bad_dur.sum())
-            )
+            self.warnings["negative, huge or missing durations were set to 0"] = self.warnings.get(
+                "negative, huge or missing durations were set to 0", 0
+            ) + int(bad_dur.sum())
             dur[bad_dur] = 0.0
         if not events:
             return
@@ -566,8 +566,15 @@ def _sort_events(columns: dict[str, dict[str, np.ndarray]]) -> None:
                 table[column] = values[row_order]
 
 
-_META_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "displayTimeUnit",
-              "traceName", "Framework")
+_META_KEYS = (
+    "schemaVersion",
+    "deviceProperties",
+    "distributedInfo",
+    "baseTimeNanoseconds",
+    "displayTimeUnit",
+    "traceName",
+    "Framework",
+)
 
 
 def _meta_from_top_level(top_level: dict[str, Any]) -> dict[str, Any]:

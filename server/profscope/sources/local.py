@@ -46,7 +46,9 @@ class LocalSource:
                     elif entry.is_file():
                         stat = entry.stat()
                         key = path.relative_to(self.root).as_posix()
-                        found.append(ObjectInfo(key=key, size=stat.st_size, version=f"{stat.st_mtime_ns}-{stat.st_size}"))
+                        found.append(
+                            ObjectInfo(key=key, size=stat.st_size, version=f"{stat.st_mtime_ns}-{stat.st_size}")
+                        )
                 except OSError:
                     continue
         return sorted(found, key=lambda o: o.key)

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install everything the tests need (idempotent) and run them. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+if ! command -v chromium >/dev/null 2>&1; then
+  # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+export PROFSCOPE_CORPUS="${PROFSCOPE_CORPUS:-$(pwd)/../shared/corpus}"
+exec python3 -m pytest -q "$@"
