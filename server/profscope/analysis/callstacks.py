@@ -101,37 +101,48 @@ def _python_stack(tables: TraceTables, python_index: int) -> str:
     return ";".join(frames)
 
 
-def stacks_by_operator(tables: TraceTables, tree: CallTree, group_by: str) -> dict[str, list[dict[str, Any]]]:
+def stacks_by_operator(
+    tables: TraceTables, tree: CallTree, group_by: str, stacks: list[str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """``name`` (or ``name\\u0000shape``) -> the operator's distinct call stacks with their times."""
-    stacks = node_stacks(tables, tree)
+    stacks = node_stacks(tables, tree) if stacks is None else stacks
     nodes = np.flatnonzero(tree.is_operator)
-    names = np.asarray(tables.events["name"])[tree.node_event[nodes]]
-    shapes = op_column(tables, "input_dims", tree.node_event[nodes]) if group_by == "operator_input_shape" else None
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for position, node in enumerate(nodes.tolist()):
-        stack = stacks[node]
-        if not stack:
-            continue
-        name = tables.strings[int(names[position])]
-        key = name if shapes is None else f"{name}\u0000{tables.strings[int(shapes[position])]}"
-        entry = groups.setdefault(
-            (key, stack), {"calls": 0, "host_self": 0, "host_total": 0, "device_self": 0, "device_total": 0}
-        )
-        entry["calls"] += 1
-        entry["host_self"] += int(tree.host_self_ns[node])
-        entry["host_total"] += int(tree.host_total_ns[node])
-        entry["device_self"] += int(tree.device_self_ns[node])
-        entry["device_total"] += int(tree.device_total_ns[node])
+    stack_ids: dict[str, int] = {"": -1}
+    node_stack = np.array([stack_ids.setdefault(stacks[n], len(stack_ids) - 1) for n in nodes.tolist()], dtype=np.int64)
+    with_stack = node_stack >= 0
+    nodes, node_stack = nodes[with_stack], node_stack[with_stack]
+    if len(nodes) == 0:
+        return {}
+    names = np.asarray(tables.events["name"])[tree.node_event[nodes]].astype(np.int64)
+    shapes = (
+        op_column(tables, "input_dims", tree.node_event[nodes]).astype(np.int64)
+        if group_by == "operator_input_shape"
+        else np.full(len(nodes), NO_ID, dtype=np.int64)
+    )
+    keys, group = np.unique(np.stack([names, shapes, node_stack], axis=1), axis=0, return_inverse=True)
+    group = group.reshape(-1)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=values[nodes], minlength=len(keys)) / NS_PER_US
+
+    calls = np.bincount(group, minlength=len(keys))
+    sums = {
+        "host_self_us": total(tree.host_self_ns),
+        "host_total_us": total(tree.host_total_ns),
+        "device_self_us": total(tree.device_self_ns),
+        "device_total_us": total(tree.device_total_ns),
+    }
+    stack_text = {i: text for text, i in stack_ids.items()}
     result: dict[str, list[dict[str, Any]]] = {}
-    for (key, stack), entry in groups.items():
-        result.setdefault(key, []).append(
+    for index, (name_id, shape_id, stack_id) in enumerate(keys.tolist()):
+        name = tables.strings[name_id]
+        if group_by == "operator_input_shape":
+            name = f"{name}\u0000{tables.strings[shape_id] if shape_id >= 0 else '[]'}"
+        result.setdefault(name, []).append(
             {
-                "frames": [parse_frame(f) for f in stack.split(";") if f],
-                "calls": entry["calls"],
-                "host_self_us": entry["host_self"] / NS_PER_US,
-                "host_total_us": entry["host_total"] / NS_PER_US,
-                "device_self_us": entry["device_self"] / NS_PER_US,
-                "device_total_us": entry["device_total"] / NS_PER_US,
+                "frames": [parse_frame(f) for f in stack_text[stack_id].split(";") if f],
+                "calls": int(calls[index]),
+                **{column: float(values[index]) for column, values in sums.items()},
             }
         )
     for key, rows in result.items():
@@ -140,11 +151,15 @@ def stacks_by_operator(tables: TraceTables, tree: CallTree, group_by: str) -> di
     return result
 
 
+def _memo_stacks(context: TraceContext) -> list[str]:
+    return context.memo("node_stacks", lambda: node_stacks(context.tables, context.tree))
+
+
 @payload("operators.stacks.operator")
 def stacks_by_name(context: TraceContext) -> dict[str, Any]:
-    return stacks_by_operator(context.tables, context.tree, "operator")
+    return stacks_by_operator(context.tables, context.tree, "operator", _memo_stacks(context))
 
 
 @payload("operators.stacks.operator_input_shape")
 def stacks_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
-    return stacks_by_operator(context.tables, context.tree, "operator_input_shape")
+    return stacks_by_operator(context.tables, context.tree, "operator_input_shape", _memo_stacks(context))

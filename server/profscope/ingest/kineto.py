@@ -121,6 +121,20 @@ class Event(msgspec.Struct, gc=False):
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _EMPTY_ARGS = Args()
+_NO_TRIPLE = (NO_ID, NO_ID, NO_ID)
+_INSTANT_PHASES = frozenset(("i", "I", "R", "n"))
+_DEVICE_KINDS = frozenset((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+_HOST_KINDS = frozenset((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+_SKIPPED_TS = "events without a usable 'ts' were skipped"
+_ZEROED_DUR = "negative, huge or missing durations were set to 0"
+
+
+def _ints(values: list[Any]) -> list[int]:
+    return [v if v.__class__ is int else _as_int(v) for v in values]
+
+
+def _floats(values: list[Any]) -> list[float]:
+    return [v if v.__class__ is float else _as_float(v) for v in values]
 _ANY_DECODER = msgspec.json.Decoder()
 
 
@@ -238,6 +252,7 @@ class TableBuilder:
         self._track_ids: dict[tuple[str, str], int] = {}
         self._raw_track_ids: dict[tuple[Number, Number], int] = {}
         self._raw_string_ids: dict[bytes, int] = {}
+        self._triples: dict[bytes, tuple[int, int, int]] = {}
         self._category_kind: dict[int, Kind] = {}
         self.warnings: dict[str, int] = {}
         self.lists: dict[str, dict[str, list[Any]]] = {
@@ -267,6 +282,22 @@ class TableBuilder:
         self._raw_track_ids[(pid, tid)] = found
         return found
 
+    def intern_all(self, values: list[Any]) -> list[int]:
+        """String ids of many values at once (a dict lookup each; new strings interned on a miss)."""
+        get = self.strings._ids.get
+        ids = [get(v) for v in values]
+        if None in ids:
+            intern = self.strings.intern
+            ids = [i if i is not None else intern(_as_str(v)) for i, v in zip(ids, values, strict=True)]
+        return ids
+
+    def tracks_of(self, events: list[Event]) -> list[int]:
+        get = self._raw_track_ids.get
+        ids = [get((e.pid, e.tid)) for e in events]
+        if None in ids:
+            ids = [i if i is not None else self.track(e.pid, e.tid) for i, e in zip(ids, events, strict=True)]
+        return ids
+
     def raw_string(self, raw: msgspec.Raw) -> int:
         """Intern the compact text of a raw JSON value, caching by its exact bytes."""
         data = bytes(raw)
@@ -284,18 +315,77 @@ class TableBuilder:
         return kind
 
     def add(self, events: list[Event]) -> None:
+        """Add one decoded piece. Work is done per column over the piece, not per event."""
         self.event_count += len(events)
         complete = [e for e in events if e.ph == "X"]
         if len(complete) != len(events):
-            for event in events:
-                if event.ph != "X":
-                    self._add_other(event)
+            others = [e for e in events if e.ph != "X"]
+            memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
+            if memory:
+                self._add_memory(memory)
+            flows = [e for e in others if e.ph in FLOW_PHASES]
+            if flows:
+                self._add_flows(flows)
+            for event in others:
+                if event.ph in FLOW_PHASES or (event.name == "[memory]" and event.ph in _INSTANT_PHASES):
+                    continue
+                self._add_other(event)
         self._add_complete(complete)
 
     def _add_complete(self, events: list[Event]) -> None:
         if not events:
             return
-        intern = self.strings.intern
+        ts, dur, events = self._checked_times(events)
+        if not events:
+            return
+        first_row = len(self._x_ts)
+        self._x_ts.extend(ts.tolist())
+        self._x_dur.extend(dur.tolist())
+        columns = self.lists["events"]
+        name_ids = self.intern_all([e.name for e in events])
+        category_ids = self.intern_all([e.cat for e in events])
+        for category in set(category_ids):
+            self._kind_of(category)
+        kinds = [self._category_kind[c] for c in category_ids]
+        columns["name"].extend(name_ids)
+        columns["cat"].extend(category_ids)
+        columns["kind"].extend(kinds)
+        columns["track"].extend(self.tracks_of(events))
+        all_args = [e.args if e.args is not None else _EMPTY_ARGS for e in events]
+        external = [a.external_id if a.external_id is not None else a.external_id_old for a in all_args]
+        columns["external_id"].extend(_ints(external))
+        columns["correlation"].extend(_ints([a.correlation for a in all_args]))
+
+        device = [i for i, k in enumerate(kinds) if k in _DEVICE_KINDS]
+        if device:
+            self._add_device_args([first_row + i for i in device], [all_args[i] for i in device])
+        with_op_args = [
+            i
+            for i, k in enumerate(kinds)
+            if k in _HOST_KINDS
+            and (
+                all_args[i].input_dims
+                or all_args[i].input_dims_old
+                or all_args[i].call_stack is not None
+                or all_args[i].sequence_number is not None
+            )
+        ]
+        if with_op_args:
+            self._add_op_args([first_row + i for i in with_op_args], [all_args[i] for i in with_op_args])
+        python = [i for i, k in enumerate(kinds) if k == Kind.PYTHON_FUNCTION]
+        if python:
+            args = [all_args[i] for i in python]
+            table = self.lists["python"]
+            table["event"].extend([first_row + i for i in python])
+            table["python_id"].extend(_ints([a.python_id for a in args]))
+            table["parent_id"].extend(_ints([a.python_parent_id for a in args]))
+            table["module_id"].extend(_ints([a.python_module_id for a in args]))
+        for i, args in enumerate(all_args):
+            if args.collective_name is not None:
+                self._add_collective_args(first_row + i, args)
+
+    def _checked_times(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray, list[Event]]:
+        """ts and dur as float arrays; events without a usable ts are dropped, bad durations zeroed."""
         try:
             ts = np.array([e.ts for e in events], dtype=np.float64)
             dur = np.array([e.dur if e.dur is not None else 0.0 for e in events], dtype=np.float64)
@@ -305,90 +395,53 @@ class TableBuilder:
             dur[np.isnan(dur)] = 0.0
         bad_ts = ~np.isfinite(ts) | (np.abs(ts) > 1e17)
         if bad_ts.any():
-            self.warnings["events without a usable 'ts' were skipped"] = self.warnings.get(
-                "events without a usable 'ts' were skipped", 0
-            ) + int(bad_ts.sum())
+            self.warnings[_SKIPPED_TS] = self.warnings.get(_SKIPPED_TS, 0) + int(bad_ts.sum())
             keep = np.flatnonzero(~bad_ts)
             events = [events[i] for i in keep]
             ts, dur = ts[keep], dur[keep]
         bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > 1e15)
         if bad_dur.any():
-            self.warnings["negative, huge or missing durations were set to 0"] = self.warnings.get(
-                "negative, huge or missing durations were set to 0", 0
-            ) + int(bad_dur.sum())
+            self.warnings[_ZEROED_DUR] = self.warnings.get(_ZEROED_DUR, 0) + int(bad_dur.sum())
             dur[bad_dur] = 0.0
-        if not events:
-            return
-        first_row = len(self._x_ts)
-        self._x_ts.extend(ts.tolist())
-        self._x_dur.extend(dur.tolist())
-        columns = self.lists["events"]
-        names = [e.name if isinstance(e.name, str) else _as_str(e.name) for e in events]
-        categories = [e.cat if isinstance(e.cat, str) else _as_str(e.cat) for e in events]
-        name_ids = [intern(n) for n in names]
-        category_ids = [intern(c) for c in categories]
-        kinds = [self._kind_of(c) for c in category_ids]
-        columns["name"].extend(name_ids)
-        columns["cat"].extend(category_ids)
-        columns["kind"].extend(int(k) for k in kinds)
-        columns["track"].extend(self.track(e.pid, e.tid) for e in events)
-        external_ids = columns["external_id"]
-        correlations = columns["correlation"]
-        for offset, event in enumerate(events):
-            args = event.args if event.args is not None else _EMPTY_ARGS
-            external = args.external_id if args.external_id is not None else args.external_id_old
-            external_ids.append(_as_int(external) if type(external) is not int else external)
-            correlation = args.correlation
-            correlations.append(_as_int(correlation) if type(correlation) is not int else correlation)
-            kind = kinds[offset]
-            row = first_row + offset
-            if kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET):
-                self._add_device_args(row, args)
-            elif (kind in (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)) and (
-                args.input_dims
-                or args.input_dims_old
-                or args.call_stack is not None
-                or args.sequence_number is not None
-            ):
-                self._add_op_args(row, args)
-            elif kind == Kind.PYTHON_FUNCTION:
-                python = self.lists["python"]
-                python["event"].append(row)
-                python["python_id"].append(_as_int(args.python_id))
-                python["parent_id"].append(_as_int(args.python_parent_id))
-                python["module_id"].append(_as_int(args.python_module_id))
-            if args.collective_name is not None:
-                self._add_collective_args(row, args)
+        return ts, dur, events
 
-    def _add_device_args(self, row: int, args: Args) -> None:
+    def _add_device_args(self, rows: list[int], args: list[Args]) -> None:
         kernels = self.lists["kernels"]
-        kernels["event"].append(row)
-        kernels["device"].append(_as_int(args.device))
-        kernels["stream"].append(_as_int(args.stream))
-        grid = _triple(args.grid)
-        block = _triple(args.block)
-        kernels["grid_x"].append(grid[0])
-        kernels["grid_y"].append(grid[1])
-        kernels["grid_z"].append(grid[2])
-        kernels["block_x"].append(block[0])
-        kernels["block_y"].append(block[1])
-        kernels["block_z"].append(block[2])
-        kernels["registers_per_thread"].append(_as_int(args.registers_per_thread))
-        kernels["shared_memory"].append(_as_int(args.shared_memory))
-        kernels["blocks_per_sm"].append(_as_float(args.blocks_per_sm))
-        kernels["est_occupancy_pct"].append(_as_float(args.occupancy))
-        kernels["bytes"].append(_as_int(args.memcpy_bytes))
+        kernels["event"].extend(rows)
+        kernels["device"].extend(_ints([a.device for a in args]))
+        kernels["stream"].extend(_ints([a.stream for a in args]))
+        grids = [self.triple(a.grid) for a in args]
+        blocks = [self.triple(a.block) for a in args]
+        for axis, suffix in enumerate(("x", "y", "z")):
+            kernels[f"grid_{suffix}"].extend([g[axis] for g in grids])
+            kernels[f"block_{suffix}"].extend([b[axis] for b in blocks])
+        kernels["registers_per_thread"].extend(_ints([a.registers_per_thread for a in args]))
+        kernels["shared_memory"].extend(_ints([a.shared_memory for a in args]))
+        kernels["blocks_per_sm"].extend(_floats([a.blocks_per_sm for a in args]))
+        kernels["est_occupancy_pct"].extend(_floats([a.occupancy for a in args]))
+        kernels["bytes"].extend(_ints([a.memcpy_bytes for a in args]))
 
-    def _add_op_args(self, row: int, args: Args) -> None:
+    def triple(self, raw: msgspec.Raw) -> tuple[int, int, int]:
+        if not raw:
+            return _NO_TRIPLE
+        data = bytes(raw)
+        found = self._triples.get(data)
+        if found is None:
+            found = self._triples[data] = _triple(raw)
+        return found
+
+    def _add_op_args(self, rows: list[int], args: list[Args]) -> None:
         ops = self.lists["ops"]
-        intern = self.strings.intern
-        dims = args.input_dims or args.input_dims_old
-        ops["event"].append(row)
-        ops["input_dims"].append(self.raw_string(dims) if dims else NO_ID)
-        ops["input_types"].append(self.raw_string(args.input_type) if args.input_type else NO_ID)
-        ops["call_stack"].append(intern(args.call_stack) if args.call_stack else NO_ID)
-        ops["sequence_number"].append(_as_int(args.sequence_number))
-        ops["fwd_thread"].append(_as_int(args.fwd_thread))
+        intern, raw_string = self.strings.intern, self.raw_string
+        ops["event"].extend(rows)
+        dims = [a.input_dims or a.input_dims_old for a in args]
+        ops["input_dims"].extend([raw_string(d) if d else NO_ID for d in dims])
+        ops["input_types"].extend([raw_string(a.input_type) if a.input_type else NO_ID for a in args])
+        ops["call_stack"].extend(
+            [intern(a.call_stack) if a.call_stack.__class__ is str and a.call_stack else NO_ID for a in args]
+        )
+        ops["sequence_number"].extend(_ints([a.sequence_number for a in args]))
+        ops["fwd_thread"].extend(_ints([a.fwd_thread for a in args]))
 
     def _add_collective_args(self, row: int, args: Args) -> None:
         table = self.lists["collectives"]
@@ -401,8 +454,44 @@ class TableBuilder:
         table["dtype"].append(intern(_as_str(args.dtype)) if args.dtype is not None else NO_ID)
         table["pg_name"].append(intern(_as_str(args.pg_name)) if args.pg_name is not None else NO_ID)
         table["pg_desc"].append(intern(_as_str(args.pg_desc)) if args.pg_desc is not None else NO_ID)
-        table["pg_ranks"].append(intern(_raw_text(args.pg_ranks)) if args.pg_ranks else NO_ID)
+        table["pg_ranks"].append(self.raw_string(args.pg_ranks) if args.pg_ranks else NO_ID)
         table["seq"].append(_as_int(args.seq))
+
+    def _timed(self, events: list[Event], what: str) -> tuple[list[float], list[Event]]:
+        times = _floats([e.ts for e in events])
+        if all(math.isfinite(t) for t in times):
+            return times, events
+        kept = [(t, e) for t, e in zip(times, events, strict=True) if math.isfinite(t)]
+        self.warn(f"{what} without a usable 'ts' were skipped")
+        return [t for t, _ in kept], [e for _, e in kept]
+
+    def _add_memory(self, events: list[Event]) -> None:
+        times, events = self._timed(events, "memory events")
+        args = [e.args if e.args is not None else _EMPTY_ARGS for e in events]
+        memory = self.lists["memory"]
+        self._times["memory"].extend(times)
+        memory["ts_ns"].extend([0] * len(events))
+        memory["track"].extend(self.tracks_of(events))
+        memory["addr"].extend(_ints([a.addr for a in args]))
+        memory["bytes"].extend([v if v.__class__ is int else _as_int(v, 0) for v in [a.mem_bytes for a in args]])
+        memory["total_allocated"].extend(_ints([a.total_allocated for a in args]))
+        memory["total_reserved"].extend(_ints([a.total_reserved for a in args]))
+        memory["device_type"].extend(_ints([a.device_type for a in args]))
+        memory["device_id"].extend(_ints([a.device_id for a in args]))
+
+    def _add_flows(self, events: list[Event]) -> None:
+        times, events = self._timed(events, "flow events")
+        flows = self.lists["flows"]
+        self._times["flows"].extend(times)
+        flows["flow_id"].extend(
+            [i if i.__class__ is int else _string_flow_id(i) if isinstance(i, str) else _as_int(i) for i in
+             [e.id for e in events]]
+        )
+        flows["phase"].extend([FLOW_PHASES[e.ph] for e in events])
+        flows["ts_ns"].extend([0] * len(events))
+        flows["track"].extend(self.tracks_of(events))
+        flows["cat"].extend(self.intern_all([e.cat for e in events]))
+        flows["binds_enclosing"].extend([1 if e.bp == "e" else 0 for e in events])
 
     def _add_other(self, event: Event) -> None:
         phase = event.ph
@@ -411,22 +500,10 @@ class TableBuilder:
             return
         ts = _as_float(event.ts)
         if not math.isfinite(ts):
-            self.warn(f"'{_as_str(phase)}' events without a usable 'ts' were skipped")
+            self.warn(f"'{_as_str(phase)[:8]}' events without a usable 'ts' were skipped")
             return
-        if phase in ("i", "I", "R", "n"):
-            if event.name == "[memory]":
-                self._add_memory(ts, event)
-            else:
-                self._add_instant(ts, event)
-        elif phase in FLOW_PHASES:
-            flows = self.lists["flows"]
-            self._times["flows"].append(ts)
-            flows["flow_id"].append(_as_int(event.id) if not isinstance(event.id, str) else _string_flow_id(event.id))
-            flows["phase"].append(FLOW_PHASES[phase])
-            flows["ts_ns"].append(0)
-            flows["track"].append(self.track(event.pid, event.tid))
-            flows["cat"].append(self.strings.intern(_as_str(event.cat)))
-            flows["binds_enclosing"].append(1 if event.bp == "e" else 0)
+        if phase in _INSTANT_PHASES:
+            self._add_instant(ts, event)
         elif phase == "B":
             self._open_begins.setdefault(self.track(event.pid, event.tid), []).append((ts, event))
         elif phase == "E":
@@ -460,19 +537,6 @@ class TableBuilder:
     def _apply_to_process(self, pid: str, **values: Any) -> None:
         self._process_meta = getattr(self, "_process_meta", {})
         self._process_meta.setdefault(pid, {}).update(values)
-
-    def _add_memory(self, ts: float, event: Event) -> None:
-        args = event.args or Args()
-        memory = self.lists["memory"]
-        self._times["memory"].append(ts)
-        memory["ts_ns"].append(0)
-        memory["track"].append(self.track(event.pid, event.tid))
-        memory["addr"].append(_as_int(args.addr))
-        memory["bytes"].append(_as_int(args.mem_bytes, 0))
-        memory["total_allocated"].append(_as_int(args.total_allocated))
-        memory["total_reserved"].append(_as_int(args.total_reserved))
-        memory["device_type"].append(_as_int(args.device_type))
-        memory["device_id"].append(_as_int(args.device_id))
 
     def _add_instant(self, ts: float, event: Event) -> None:
         instants = self.lists["instants"]
@@ -519,7 +583,7 @@ class TableBuilder:
         columns: dict[str, dict[str, np.ndarray]] = {}
         for table_name, layout in SCHEMA.items():
             columns[table_name] = {
-                column: np.asarray(self.lists[table_name][column], dtype=dtype) for column, dtype in layout.items()
+                column: _column(self.lists[table_name][column], dtype) for column, dtype in layout.items()
             }
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
@@ -540,6 +604,13 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+def _column(values: list[Any], dtype: str) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=dtype)
+    except OverflowError:  # an integer beyond 64 bits (ids are meaningless then)
+        return np.asarray([_as_int(v) for v in values], dtype=dtype)
 
 
 def _string_flow_id(text: str) -> int:
