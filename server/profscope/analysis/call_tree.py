@@ -66,15 +66,17 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     kept_nodes = parent != UNLINKED
     child_count = np.bincount(parent[parent >= 0], minlength=len(host_rows))
     is_cpu_op = kind[host_rows] == Kind.CPU_OP
-    alias = np.arange(len(host_rows))
-    only_child = np.full(len(host_rows), NO_ID, dtype=np.int64)
     has_parent = np.flatnonzero(parent >= 0)
-    single = has_parent[child_count[parent[has_parent]] == 1]
-    only_child[parent[single]] = single
-    for node in range(len(host_rows)):  # parents precede children within a thread
-        child = only_child[node]
-        if child >= 0 and is_cpu_op[node] and is_cpu_op[child] and name[host_rows[child]] == name[host_rows[node]]:
-            alias[child] = alias[node]
+    single = has_parent[child_count[parent[has_parent]] == 1]  # the only child of its parent
+    node_names = name[host_rows]
+    merges = single[is_cpu_op[single] & is_cpu_op[parent[single]] & (node_names[single] == node_names[parent[single]])]
+    alias = np.arange(len(host_rows))
+    alias[merges] = parent[merges]
+    while True:  # a chain of same-name single children collapses into its top (pointer jumping)
+        jumped = alias[alias]
+        if np.array_equal(jumped, alias):
+            break
+        alias = jumped
     merged_away = alias != np.arange(len(host_rows))
     node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
 
@@ -139,16 +141,16 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()
-    for node in range(count - 1, -1, -1):  # children come after their parent in this order
-        up = node_parent[node]
-        if up < 0 or not live[node]:
-            continue
-        device_total[up] += device_total[node]
-        tc_total[up] += tc_total[node]
-        if tc_eligible[node] and is_cpu_op[up]:
-            tc_eligible[up] = True
+    tree_parent = np.where(has_live_parent, node_parent, ROOT)
+    depth = _depths(tree_parent)
+    for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first, so sums flow to the roots
+        nodes = np.flatnonzero(depth == level)
+        parents = tree_parent[nodes]
+        np.add.at(device_total, parents, device_total[nodes])
+        np.add.at(tc_total, parents, tc_total[nodes])
+        eligible_parents = parents[tc_eligible[nodes] & is_cpu_op[parents]]
+        tc_eligible[eligible_parents] = True
 
-    node_names = name[host_rows]
     excluded = rules.string_mask(
         tables.strings,
         lambda s: (
@@ -183,6 +185,18 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         device_runtime=device_runtime,
         dropped=dropped,
     )
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every node of a forest given as parent indices (-1 for roots)."""
+    depth = np.zeros(len(parent), dtype=np.int64)
+    ancestor = parent.copy()
+    climbing = ancestor >= 0
+    while climbing.any():
+        depth[climbing] += 1
+        ancestor[climbing] = parent[ancestor[climbing]]
+        climbing = ancestor >= 0
+    return depth
 
 
 def _nest(

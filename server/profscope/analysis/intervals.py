@@ -72,6 +72,25 @@ def total(a: IntervalSet) -> int:
     return int((a[1] - a[0]).sum())
 
 
+def total_within(a: IntervalSet, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Covered length of the normalised set ``a`` inside each window ``[starts[i], ends[i])``, vectorised."""
+    return _covered_before(a, np.asarray(ends, dtype=np.int64)) - _covered_before(a, np.asarray(starts, dtype=np.int64))
+
+
+def _covered_before(a: IntervalSet, times: np.ndarray) -> np.ndarray:
+    """Length of ``a`` that lies before each time."""
+    a_starts, a_ends = a
+    if len(a_starts) == 0:
+        return np.zeros(len(times), dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(a_ends - a_starts)])
+    first_not_ended = np.searchsorted(a_ends, times, side="left")  # intervals before it end at or before t
+    covered = cumulative[first_not_ended]
+    inside = first_not_ended < len(a_starts)
+    index = np.minimum(first_not_ended, len(a_starts) - 1)
+    partial = np.where(inside, np.clip(times - a_starts[index], 0, None), 0)
+    return covered + partial
+
+
 def clip(a: IntervalSet, start: int, end: int) -> IntervalSet:
     return intersect(a, (np.array([start], dtype=np.int64), np.array([end], dtype=np.int64)))
 

@@ -81,11 +81,17 @@ def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[di
         assigned[category] = intervals.intersect(free, ranges[category])
         free = intervals.subtract(free, assigned[category])
     assigned["other"] = free
+    per_category = {
+        category: intervals.total_within(ranges_of_category, steps.starts_ns, steps.ends_ns)
+        for category, ranges_of_category in assigned.items()
+    }
     rows = []
-    for step_name, start, end in zip(steps.names, steps.starts_ns.tolist(), steps.ends_ns.tolist(), strict=True):
+    for i, (step_name, start, end) in enumerate(
+        zip(steps.names, steps.starts_ns.tolist(), steps.ends_ns.tolist(), strict=True)
+    ):
         row: dict[str, Any] = {"step": step_name, "start_us": start / NS_PER_US, "total_us": (end - start) / NS_PER_US}
-        for category, ranges_of_category in assigned.items():
-            row[f"{category}_us"] = intervals.total(intervals.clip(ranges_of_category, start, end)) / NS_PER_US
+        for category, covered in per_category.items():
+            row[f"{category}_us"] = int(covered[i]) / NS_PER_US
         rows.append(row)
     return rows
 

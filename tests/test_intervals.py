@@ -1,0 +1,40 @@
+"""Interval-set algebra against a brute-force model (sets of integer points)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profscope.analysis import intervals
+
+spans = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12)
+
+
+def _as_set(pairs: list[tuple[int, int]]) -> intervals.IntervalSet:
+    starts = np.array([s for s, _ in pairs], dtype=np.int64)
+    return intervals.merge(starts, starts + np.array([d for _, d in pairs], dtype=np.int64))
+
+
+def _points(interval_set: intervals.IntervalSet) -> set[int]:
+    return {t for s, e in zip(*interval_set, strict=True) for t in range(int(s), int(e))}
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, spans, st.integers(0, 70), st.integers(0, 30))
+def test_algebra_matches_point_sets(a: list, b: list, window_start: int, window_length: int) -> None:
+    set_a, set_b = _as_set(a), _as_set(b)
+    points_a, points_b = _points(set_a), _points(set_b)
+    assert _points(intervals.intersect(set_a, set_b)) == points_a & points_b
+    assert _points(intervals.subtract(set_a, set_b)) == points_a - points_b
+    assert intervals.total(set_a) == len(points_a)
+    window = set(range(window_start, window_start + window_length))
+    assert _points(intervals.clip(set_a, window_start, window_start + window_length)) == points_a & window
+    within = intervals.total_within(set_a, np.array([window_start]), np.array([window_start + window_length]))
+    assert int(within[0]) == len(points_a & window)
+
+
+def test_weighted_coverage_caps_each_piece() -> None:
+    starts, ends, values = intervals.weighted_coverage(np.array([0, 5]), np.array([10, 20]), np.array([0.7, 0.6]), 1.0)
+    assert starts.tolist() == [0, 5, 10] and ends.tolist() == [5, 10, 20]
+    np.testing.assert_allclose(values, [0.7, 1.0, 0.6])
