@@ -15,3 +15,23 @@ def lookup(values: np.ndarray, index: np.ndarray, missing: Any) -> np.ndarray:
             len(index), missing, dtype=np.asarray(values).dtype if np.asarray(values).dtype != bool else bool
         )
     return np.where(index >= 0, np.asarray(values)[np.maximum(index, 0)], missing)
+
+
+def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group rows by the tuple of their values in ``columns``.
+
+    Returns ``(group, first)``: the group index of every row (groups numbered in sorted key order)
+    and, for every group, the index of its first row. Equivalent to ``np.unique(np.stack(columns,
+    axis=1), axis=0, return_inverse=True)`` but one 1-D ``np.unique`` per column, which is much faster.
+    """
+    rows = len(columns[0]) if columns else 0
+    combined = np.zeros(rows, dtype=np.int64)
+    for column in columns:
+        _, rank = np.unique(np.asarray(column), return_inverse=True)
+        rank = rank.reshape(-1).astype(np.int64)
+        _, combined = np.unique(combined * (int(rank.max(initial=0)) + 1) + rank, return_inverse=True)
+        combined = combined.reshape(-1).astype(np.int64)
+    count = int(combined.max(initial=-1)) + 1
+    first = np.full(count, rows, dtype=np.int64)
+    np.minimum.at(first, combined, np.arange(rows))
+    return combined, first

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from profscope.analysis.arrays import group_ids
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.operators import op_column
@@ -119,8 +120,8 @@ def stacks_by_operator(
         if group_by == "operator_input_shape"
         else np.full(len(nodes), NO_ID, dtype=np.int64)
     )
-    keys, group = np.unique(np.stack([names, shapes, node_stack], axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
+    group, first = group_ids(names, shapes, node_stack)
+    keys = np.stack([names[first], shapes[first], node_stack[first]], axis=1)
 
     def total(values: np.ndarray) -> np.ndarray:
         return np.bincount(group, weights=values[nodes], minlength=len(keys)) / NS_PER_US

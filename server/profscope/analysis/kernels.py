@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import names as rules
-from profscope.analysis.arrays import lookup
+from profscope.analysis.arrays import group_ids, lookup
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -42,24 +42,16 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
     op_eligible = lookup(tree.tc_eligible, node, False)
 
     if group_by == "kernel":
-        keys = name[:, None]
+        key_columns = [name]
     else:
         launch = [
             np.asarray(kernels[c])[is_kernel].astype(np.int64)
-            for c in (
-                "grid_x",
-                "grid_y",
-                "grid_z",
-                "block_x",
-                "block_y",
-                "block_z",
-                "registers_per_thread",
-                "shared_memory",
-            )
+            for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
+                      "shared_memory")
         ]
-        keys = np.stack([name, op_name.astype(np.int64), *launch], axis=1)
-    unique_keys, group = np.unique(keys, axis=0, return_inverse=True)
-    group = group.reshape(-1)
+        key_columns = [name, op_name.astype(np.int64), *launch]
+    group, first = group_ids(*key_columns)
+    unique_keys = np.stack([column[first] for column in key_columns], axis=1)
     count = len(unique_keys)
     calls = np.bincount(group, minlength=count)
     total = np.bincount(group, weights=duration, minlength=count)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from profscope.analysis.arrays import group_ids
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -46,11 +47,8 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     shape = (
         op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
     )
-    keys = np.stack([name.astype(np.int64), shape.astype(np.int64)], axis=1)
-    unique_keys, group = (
-        np.unique(keys, axis=0, return_inverse=True) if len(nodes) else (np.zeros((0, 2), int), np.zeros(0, int))
-    )
-    group = group.reshape(-1)
+    group, first_of_group = group_ids(name, shape)
+    unique_keys = np.stack([name[first_of_group], shape[first_of_group]], axis=1).astype(np.int64)
     count = len(unique_keys)
 
     def total(values: np.ndarray) -> np.ndarray:
@@ -63,8 +61,6 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     device_self = total(tree.device_self_ns[nodes])
     tc_self = total(tree.tc_self_ns[nodes])
     tc_total = total(tree.tc_total_ns[nodes])
-    first_of_group = np.full(count, len(nodes), dtype=np.int64)
-    np.minimum.at(first_of_group, group, np.arange(len(nodes)))
     eligible = tree.tc_eligible[nodes][first_of_group] if count else np.zeros(0, bool)
     rows = []
     for i in range(count):

@@ -94,12 +94,17 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         cache.write_error(request.cache_key, error)
         return {"error": error["message"]}
     parse_s = time.perf_counter() - started
+    phase_s: dict[str, float] = {}
+    mark = time.perf_counter()
     tables.save(cache.tables_dir(request.cache_key))
+    phase_s["save_tables"] = time.perf_counter() - mark
     context = TraceContext(tables)
     view_errors = {}
     for name, builder in registered().items():
+        mark = time.perf_counter()
         try:
             cache.write_view(request.cache_key, name, builder(context))
+            phase_s[name] = time.perf_counter() - mark
         except Exception as exc:  # one broken view must not hide the others
             log.exception("view %s failed for %s", name, request.key)
             view_errors[name] = f"{type(exc).__name__}: {exc}"
@@ -113,6 +118,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,
+        "phase_s": phase_s,
         "total_s": time.perf_counter() - started,
         "view_errors": view_errors,
     }
