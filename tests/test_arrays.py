@@ -10,7 +10,7 @@ from profscope.analysis.arrays import group_ids, lookup
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2**40, 2**40), st.integers(0, 2)), max_size=40))
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-(2**40), 2**40), st.integers(0, 2)), max_size=40))
 def test_group_ids_matches_unique_rows(rows: list[tuple[int, int, int]]) -> None:
     columns = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
     group, first = group_ids(*columns)

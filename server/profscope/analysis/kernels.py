@@ -46,8 +46,16 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
     else:
         launch = [
             np.asarray(kernels[c])[is_kernel].astype(np.int64)
-            for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
-                      "shared_memory")
+            for c in (
+                "grid_x",
+                "grid_y",
+                "grid_z",
+                "block_x",
+                "block_y",
+                "block_z",
+                "registers_per_thread",
+                "shared_memory",
+            )
         ]
         key_columns = [name, op_name.astype(np.int64), *launch]
     group, first = group_ids(*key_columns)

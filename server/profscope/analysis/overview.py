@@ -208,8 +208,8 @@ def recommendations(
     capabilities = [float(g["compute_capability"]) for g in gpus if g.get("compute_capability")]
     if "DistributedDataParallel.forward" in names_used and not uses_nccl and any(c >= 3.5 for c in capabilities):
         advice.append(
-                "Nccl backend is currently the fastest and highly recommended backend when using DDP for training."
-            )
+            "Nccl backend is currently the fastest and highly recommended backend when using DDP for training."
+        )
     if total > 0 and average["communication_us"] / total > 0.1:
         advice.append(
             f"This run has high time cost on communication. {average['communication_us'] / total * 100:.1f}% of the "

@@ -130,11 +130,13 @@ _ZEROED_DUR = "negative, huge or missing durations were set to 0"
 
 
 def _ints(values: list[Any]) -> list[int]:
-    return [v if v.__class__ is int else _as_int(v) for v in values]
+    return [v if v.__class__ is int else NO_ID if v is None else _as_int(v) for v in values]
 
 
 def _floats(values: list[Any]) -> list[float]:
-    return [v if v.__class__ is float else _as_float(v) for v in values]
+    return [v if v.__class__ is float else math.nan if v is None else _as_float(v) for v in values]
+
+
 _ANY_DECODER = msgspec.json.Decoder()
 
 
@@ -459,7 +461,7 @@ class TableBuilder:
 
     def _timed(self, events: list[Event], what: str) -> tuple[list[float], list[Event]]:
         times = _floats([e.ts for e in events])
-        if all(math.isfinite(t) for t in times):
+        if np.isfinite(np.asarray(times, dtype=np.float64)).all():
             return times, events
         kept = [(t, e) for t, e in zip(times, events, strict=True) if math.isfinite(t)]
         self.warn(f"{what} without a usable 'ts' were skipped")
@@ -484,8 +486,10 @@ class TableBuilder:
         flows = self.lists["flows"]
         self._times["flows"].extend(times)
         flows["flow_id"].extend(
-            [i if i.__class__ is int else _string_flow_id(i) if isinstance(i, str) else _as_int(i) for i in
-             [e.id for e in events]]
+            [
+                i if i.__class__ is int else _string_flow_id(i) if isinstance(i, str) else _as_int(i)
+                for i in [e.id for e in events]
+            ]
         )
         flows["phase"].extend([FLOW_PHASES[e.ph] for e in events])
         flows["ts_ns"].extend([0] * len(events))
