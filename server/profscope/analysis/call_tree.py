@@ -81,10 +81,10 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
 
     # ---- launches: runtime -> op, device -> runtime ----------------------------------------------
-    node_of_external: dict[int, int] = {}
-    for node, row in enumerate(host_rows.tolist()):
-        if kept_nodes[node]:
-            node_of_external.setdefault(int(external_id[row]), int(alias[node]))
+    kept = np.flatnonzero(kept_nodes)
+    kept_external = external_id[host_rows[kept]]
+    _, first = np.unique(kept_external, return_index=True)  # the first op (in thread order) owns an id
+    node_of_external = dict(zip(kept_external[first].tolist(), alias[kept[first]].tolist(), strict=True))
     by_external = np.array(
         [
             node_of_external.get(ext, UNLINKED) if ext not in (0, NO_ID) else UNLINKED
