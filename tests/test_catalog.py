@@ -59,7 +59,9 @@ def test_runs_workers_and_spans_in_time_order() -> None:
     assert run.workers() == {"w0": ["150"], "w1": ["100", "200"], "w2": ["1"], "w10": ["1"]}
     assert [f.key for f in run.files if f.refusal] == ["exp/snap.pickle"]
     assert run.find("w1", None).span == "100"
-    assert run.find("nope", "nope").worker == "w0"
+    assert run.find(None, None).worker == "w0"
+    assert run.find("nope", None) is None  # a named worker that does not exist is not replaced by another
+    assert run.find("w1", "300") is None
 
 
 def test_several_roots_get_prefixed_run_names_and_duplicates_stay_apart() -> None:

@@ -70,14 +70,20 @@ class Run:
         return {w: sorted(s, key=_span_order) for w, s in sorted(spans.items(), key=lambda kv: _worker_order(kv[0]))}
 
     def find(self, worker: str | None, span: str | None) -> TraceFile | None:
-        traces = self.traces()
-        if not traces:
-            return None
+        """The trace of (worker, span); a missing worker or span means the first one.
+
+        A worker or span that is named but does not exist finds nothing: a pasted link must never
+        silently show another rank's data.
+        """
         workers = self.workers()
-        worker = worker if worker in workers else next(iter(workers))
+        if not workers or (worker is not None and worker not in workers):
+            return None
+        worker = worker if worker is not None else next(iter(workers))
         spans = workers[worker]
-        span = span if span in spans else spans[0]
-        return next(t for t in traces if t.worker == worker and t.span == span)
+        if span is not None and span not in spans:
+            return None
+        span = span if span is not None else spans[0]
+        return next(t for t in self.traces() if t.worker == worker and t.span == span)
 
 
 def _span_order(span: str) -> tuple:

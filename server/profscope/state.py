@@ -115,7 +115,7 @@ class Profscope:
             "run": run.name,
             "state": state,
             "progress": done / total,
-            "workers": [{"worker": w, "spans": spans} for w, spans in run.workers().items()],
+            "workers": self._readable_workers(run, traces, states),
             "views": self.views_of(run, traces, states),
             "errors": errors,
             "files": [
@@ -123,6 +123,17 @@ class Profscope:
                 for t, s in zip(traces, states, strict=True)
             ],
         }
+
+    @staticmethod
+    def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
+        """Workers and spans, leaving out files that failed to parse (they are listed under errors)."""
+        failed = {(t.worker, t.span) for t, s in zip(traces, states, strict=True) if s.state == "error"}
+        workers = []
+        for worker, spans in run.workers().items():
+            readable = [span for span in spans if (worker, span) not in failed]
+            if readable:
+                workers.append({"worker": worker, "spans": readable})
+        return workers
 
     def views_of(self, run: Run, traces: list[TraceFile], states: list[Any]) -> list[str]:
         if not traces:

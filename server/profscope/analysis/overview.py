@@ -277,6 +277,17 @@ def peak_allocated_by_device(tables: TraceTables) -> dict[int, int]:
     return peaks
 
 
+def _recording_mode_notes(tables: TraceTables) -> list[str]:
+    range_profiler = tables.strings.lookup("cuda_profiler_range")
+    if range_profiler >= 0 and (np.asarray(tables.events["cat"]) == range_profiler).any():
+        return [
+            "This trace was recorded in CUPTI range-profiler mode (cuda_profiler_range events with hardware "
+            "counters): kernels were replayed one at a time to collect counters, so their durations are not "
+            "real execution times and they are not counted as kernels."
+        ]
+    return []
+
+
 def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str, Any]:
     step_rows = step_breakdown(tables, tree, steps)
     average = average_breakdown(step_rows)
@@ -290,6 +301,7 @@ def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[st
         "gpus": gpus,
         "recommendations": advice,
         "notes": steps.notes
+        + _recording_mode_notes(tables)
         + (
             [f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
             if tree.dropped

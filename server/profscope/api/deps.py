@@ -29,7 +29,8 @@ def get_trace(
 ) -> TraceFile:
     found = get_run(request, run).find(worker, span)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"run {run!r} has no readable trace")
+        what = f"worker {worker!r}" if span is None else f"worker {worker!r} span {span!r}"
+        raise HTTPException(status_code=404, detail=f"run {run!r} has no trace for {what}")
     return found
 
 

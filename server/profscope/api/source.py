@@ -57,7 +57,14 @@ def frame_links(settings: Settings, frame: dict[str, Any]) -> dict[str, str]:
     return links
 
 
-@router.get("/source", summary="Lines of a source file around a line (only under --source-root)")
+@router.get(
+    "/source",
+    summary="Lines of a source file around a line (only under --source-root)",
+    responses={
+        404: {"description": "No source root is configured, or the path is not a file under one: `{detail}`."},
+        413: {"description": "The file is too large to show."},
+    },
+)
 def source(
     request: Request,
     path: str = Query(..., description="File path as written in the stack frame"),

@@ -16,6 +16,7 @@ router = APIRouter(prefix="/api", tags=["views"])
 
 _STATUS_DOC = {
     202: {"description": "The trace is being parsed: `{state, progress, bytes_done, bytes_total}`; ask again."},
+    404: {"description": "No such run, or no trace for the named worker / span: `{detail}`."},
     422: {"description": "The trace could not be read: `{error, file}`."},
 }
 
@@ -30,6 +31,13 @@ def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Respons
     if pending is not None:
         return pending
     return json_response({**_ident(trace), **orjson.loads(data)})
+
+
+def _filtered(body: dict, search: str, sort: str | None, top: int | None) -> dict:
+    """The payload with its rows searched, sorted and cut; counts before (total) and after search."""
+    rows = body.get("rows", [])
+    matched = _filter_rows(rows, search, sort, None)
+    return {**body, "rows": matched[:top] if top else matched, "total_rows": len(rows), "matched_rows": len(matched)}
 
 
 def _filter_rows(rows: list[dict], search: str, sort: str | None, top: int | None) -> list[dict]:
@@ -63,17 +71,14 @@ def operators(
     data, pending = payload_or_status(get_state(request), trace, f"operators.{group_by}")
     if pending is not None:
         return pending
-    body = orjson.loads(data)
-    total = len(body.get("rows", []))
-    body["rows"] = _filter_rows(body.get("rows", []), search, sort, top)
-    return json_response({**_ident(trace), **body, "total_rows": total})
+    return json_response({**_ident(trace), **_filtered(orjson.loads(data), search, sort, top)})
 
 
 @router.get("/operators/stacks", responses=_STATUS_DOC, summary="Call stacks of one operator (group)")
 def operator_stacks(
     request: Request,
     trace: TraceFile = Depends(get_trace),
-    name: str = Query(..., description="Operator name"),
+    name: str = Query(..., description="Operator name. Stack frames are listed innermost first."),
     input_shape: str | None = Query(None, description="Input shape, when grouped by shape"),
 ) -> Response:
     group_by = "operator_input_shape" if input_shape is not None else "operator"
@@ -101,7 +106,4 @@ def kernels(
     data, pending = payload_or_status(get_state(request), trace, f"kernels.{group_by}")
     if pending is not None:
         return pending
-    body = orjson.loads(data)
-    total = len(body.get("rows", []))
-    body["rows"] = _filter_rows(body.get("rows", []), search, sort, top)
-    return json_response({**_ident(trace), **body, "total_rows": total})
+    return json_response({**_ident(trace), **_filtered(orjson.loads(data), search, sort, top)})

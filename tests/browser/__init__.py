@@ -1,0 +1,1 @@
+"""Real-browser tests (Playwright + Chromium) against a running profscope server."""

@@ -1,0 +1,128 @@
+// plotly.js helpers (loaded from /static/vendor/plotly.min.js as window.Plotly; no CDN).
+
+import { clear, el } from "./dom.js";
+import { fmtPctSign, fmtUs } from "./format.js";
+
+// Tableau 20: distinguishable, restrained.
+export const PALETTE = [
+  "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
+  "#a0cbe8", "#ffbe7d", "#ff9d9a", "#86bcb6", "#8cd17d", "#f1ce63", "#d4a6c8", "#fabfd2", "#d7b5a6", "#79706e",
+];
+export const OTHER_COLOR = "#d5d9df";
+
+export const FONT = {
+  family: 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", "Noto Sans", Arial, sans-serif',
+  size: 12,
+  color: "#1d232b",
+};
+
+export const PLOT_CONFIG = {
+  displaylogo: false,
+  responsive: true,
+  modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines"],
+};
+
+export function plotly() {
+  if (!window.Plotly) throw new Error("plotly.js did not load (/static/vendor/plotly.min.js)");
+  return window.Plotly;
+}
+
+/** plotly renders a small HTML subset in text; entity-escape names so `<` `>` `&` show as typed. */
+export function plotText(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+
+/** Escaped, wrapped into short lines so the hover box fits a small chart. */
+export function wrapForHover(text, width = 28, maxLines = 3) {
+  const value = String(text);
+  const lines = [];
+  for (let i = 0; i < value.length && lines.length < maxLines; i += width) lines.push(value.slice(i, i + width));
+  if (lines.join("").length < value.length) lines[lines.length - 1] = `${lines[lines.length - 1].slice(0, -1)}\u2026`;
+  return lines.map(plotText).join("<br>");
+}
+
+export function purgeCharts(container) {
+  if (!window.Plotly) return;
+  for (const node of container.querySelectorAll(".js-plotly-plot")) window.Plotly.purge(node);
+}
+
+/**
+ * A donut with an HTML legend (names stay text nodes, long names get an ellipsis and a tooltip).
+ * slices: [{label, value, color?, key?}]; onSelect(slice) when a named slice is clicked.
+ */
+export function renderPie(
+  container,
+  { slices, onSelect = null, emptyText = "Nothing to show", unit = "\u00b5s", legend: withLegend = true },
+) {
+  purgeCharts(container);
+  const shown = slices.filter((s) => s.value > 0);
+  if (!shown.length) {
+    clear(container, el("div", { class: "pie-empty", "data-testid": "pie-empty", text: emptyText }));
+    return;
+  }
+  const total = shown.reduce((sum, s) => sum + s.value, 0);
+  const colors = shown.map((s, i) => s.color || PALETTE[i % PALETTE.length]);
+  const chart = el("div", { class: withLegend ? "chart pie" : "chart pie wide" });
+  const legend = withLegend && el(
+    "ul",
+    { class: "legend" },
+    shown.map((slice, i) =>
+      el(
+        "li",
+        {
+          class: onSelect && slice.key !== undefined ? "clickable" : null,
+          title: `${slice.label}\n${fmtUs(slice.value)} ${unit} (${fmtPctSign((100 * slice.value) / total)})`,
+          onclick: onSelect && slice.key !== undefined ? () => onSelect(slice) : null,
+        },
+        el("span", { class: "swatch", style: { background: colors[i] } }),
+        el("span", { class: "label", text: slice.label }),
+        el("span", { class: "value", text: fmtUs(slice.value) }),
+        el("span", { class: "share", text: fmtPctSign((100 * slice.value) / total) }),
+      ),
+    ),
+  );
+  clear(container, el("div", { class: "pie-body" }, chart, legend));
+  const trace = {
+    type: "pie",
+    values: shown.map((s) => s.value),
+    labels: shown.map((_, i) => String(i)), // unique ids: plotly would merge slices with equal labels
+    customdata: shown.map((s) => wrapForHover(s.label)),
+    marker: { colors, line: { color: "#fff", width: 1 } },
+    sort: false,
+    direction: "clockwise",
+    hole: 0.45,
+    textinfo: "percent",
+    textposition: "inside",
+    hovertemplate: `%{customdata}<br>%{value:,.0f} ${unit} \u00b7 %{percent}<extra></extra>`,
+    showlegend: false,
+  };
+  const layout = {
+    font: FONT,
+    margin: { l: 4, r: 4, t: 4, b: 4 },
+    paper_bgcolor: "rgba(0,0,0,0)",
+    uniformtext: { minsize: 9, mode: "hide" },
+    hoverlabel: { font: { family: FONT.family, size: 11 }, align: "left" },
+  };
+  plotly().newPlot(chart, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
+  if (onSelect) {
+    chart.on("plotly_click", (event) => {
+      const slice = shown[event.points?.[0]?.pointNumber];
+      if (slice && slice.key !== undefined) onSelect(slice);
+    });
+  }
+}
+
+/** Top `n` rows by `metric` as pie slices, plus one "Other" slice for the rest when `withOther`. */
+export function topSlices(rows, metric, n, { label, key, withOther = false }) {
+  const positive = rows.filter((r) => (r[metric] || 0) > 0).sort((a, b) => b[metric] - a[metric]);
+  const slices = positive.slice(0, n).map((r) => ({ label: label(r), value: r[metric], key: key(r) }));
+  const rest = positive.slice(n);
+  if (withOther && rest.length) {
+    slices.push({
+      label: `Other (${rest.length})`,
+      value: rest.reduce((sum, r) => sum + r[metric], 0),
+      color: OTHER_COLOR,
+    });
+  }
+  return slices;
+}

@@ -1,0 +1,79 @@
+// Number and unit formatting shared by every page.
+
+export const DASH = "\u2014";
+
+const integer = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+const upTo2 = new Intl.NumberFormat("en-US", { maximumFractionDigits: 2 });
+const fixed2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const fixed1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+
+const missing = (value) => value === null || value === undefined || Number.isNaN(value);
+
+/** Microseconds: thousands separators; sub-1000 values keep up to 2 decimals. */
+export function fmtUs(value) {
+  if (missing(value)) return DASH;
+  return Math.abs(value) >= 1000 ? integer.format(value) : upTo2.format(value);
+}
+
+export function fmtInt(value) {
+  return missing(value) ? DASH : integer.format(value);
+}
+
+/** A percentage with 2 decimals, e.g. 12.34 (no % sign: columns say "%"). */
+export function fmtPct(value) {
+  return missing(value) ? DASH : fixed2.format(value);
+}
+
+export function fmtPctSign(value, digits = 1) {
+  if (missing(value)) return DASH;
+  return `${(digits === 2 ? fixed2 : fixed1).format(value)}%`;
+}
+
+export function fmtFixed2(value) {
+  return missing(value) ? DASH : fixed2.format(value);
+}
+
+export function fmtBool(value) {
+  if (missing(value)) return DASH;
+  return value ? "Yes" : "No";
+}
+
+/** [x, y, z] -> "x,y,z" */
+export function fmtDim(value) {
+  if (missing(value)) return DASH;
+  return Array.isArray(value) ? value.join(",") : String(value);
+}
+
+const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB"];
+
+/** Human byte counts in powers of 1024 (the unit the old plugin and nvidia-smi use). */
+export function fmtBytes(bytes) {
+  if (missing(bytes)) return DASH;
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < BYTE_UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  const text = unit === 0 ? integer.format(value) : value >= 100 ? integer.format(value) : fixed1.format(value);
+  return `${text} ${BYTE_UNITS[unit]}`;
+}
+
+export function fmtGB(bytes) {
+  return missing(bytes) ? DASH : `${fixed2.format(bytes / 1024 ** 3)} GB`;
+}
+
+/** A unit for a time axis so that the largest value reads well: µs, ms or s. */
+export function timeUnit(maxUs) {
+  if (maxUs >= 1e6) return { divisor: 1e6, label: "s" };
+  if (maxUs >= 1e4) return { divisor: 1e3, label: "ms" };
+  return { divisor: 1, label: "\u00b5s" };
+}
+
+/** A duration in µs with an adaptive unit, e.g. "177.6 ms". */
+export function fmtDuration(us) {
+  if (missing(us)) return DASH;
+  const unit = timeUnit(Math.abs(us));
+  const value = us / unit.divisor;
+  return `${upTo2.format(value)} ${unit.label}`;
+}

@@ -1,0 +1,282 @@
+// Operator view: pies of the top operators, a sortable table, and call stacks per operator.
+
+import { isAbort, loadView } from "../api.js";
+import { renderPie, topSlices } from "../charts.js";
+import { bindGroupBy, bindSearch, bindTop, parseTop } from "../controls.js";
+import { byId, clear, el } from "../dom.js";
+import { DASH, fmtBool, fmtInt, fmtPct, fmtUs } from "../format.js";
+import { initSelector, setJsonLink, showViewError } from "../selector.js";
+import { emptyState, errorBox, loading } from "../status.js";
+import { flashRow, renderTable, sortRows } from "../table.js";
+import { readParams, updateUrl, withQuery } from "../urlstate.js";
+
+const GROUPS = ["operator", "operator_input_shape"];
+
+const PIES = [
+  { key: "device_self_us", title: "Device Self Time", device: true, withOther: true },
+  { key: "device_total_us", title: "Device Total Time", device: true },
+  { key: "host_self_us", title: "Host Self Time", withOther: true },
+  { key: "host_total_us", title: "Host Total Time" },
+];
+
+/** Let long shapes wrap after commas rather than inside a number. */
+function breakableShape(shape) {
+  return shape ? shape.replace(/,/g, ",\u200b") : DASH;
+}
+
+function columns(byShape) {
+  return [
+    { key: "name", label: "Name", cls: "name" },
+    byShape ? { key: "input_shape", label: "Input Shape", cls: "shape", format: breakableShape } : null,
+    { key: "calls", label: "Calls", num: true, format: fmtInt },
+    { key: "device_self_us", label: "Device Self (\u00b5s)", num: true, format: fmtUs,
+      title: "Time of the kernels, memcpys and memsets this operator launched itself" },
+    { key: "device_total_us", label: "Device Total (\u00b5s)", num: true, format: fmtUs,
+      title: "Device time of this operator and of the operators it called" },
+    { key: "host_self_us", label: "Host Self (\u00b5s)", num: true, format: fmtUs,
+      title: "Host time of the operator minus its child operators and runtime calls" },
+    { key: "host_total_us", label: "Host Total (\u00b5s)", num: true, format: fmtUs,
+      title: "Host time of the operator including its children" },
+    { key: "tensor_cores_eligible", label: "TC Eligible", format: fmtBool,
+      title: "Tensor Cores eligible: a conv / matmul-like operator that could run on Tensor Cores" },
+    { key: "tensor_cores_self_pct", label: "TC Self (%)", num: true, format: fmtPct,
+      title: "Share of this operator's device self time in kernels that use Tensor Cores" },
+    { key: "tensor_cores_total_pct", label: "TC Total (%)", num: true, format: fmtPct,
+      title: "Share of this operator's device total time in kernels that use Tensor Cores" },
+  ].filter(Boolean);
+}
+
+const params = readParams();
+const state = {
+  groupBy: GROUPS.includes(params.group_by) ? params.group_by : "operator",
+  search: params.search || "",
+  sort: params.sort || null,
+  top: parseTop(params.top),
+  stack: params.stack ?? null,
+  shape: params.shape ?? null,
+};
+
+let selection = null;
+let allRows = [];
+let controller = null;
+let table = null;
+const stackCache = new Map();
+
+const byShape = () => state.groupBy === "operator_input_shape";
+const rowKey = (row) => (byShape() ? JSON.stringify([row.name, row.input_shape || ""]) : row.name);
+const rowLabel = (row) => (byShape() && row.input_shape ? `${row.name} ${row.input_shape}` : row.name);
+const hasDeviceTime = () => allRows.some((r) => r.device_self_us > 0 || r.device_total_us > 0);
+const effectiveSort = () => state.sort || (hasDeviceTime() ? "-device_self_us" : "-host_self_us");
+
+function expandedKey() {
+  if (state.stack === null) return null;
+  return byShape() ? JSON.stringify([state.stack, state.shape || ""]) : state.stack;
+}
+
+function filteredRows() {
+  const needle = state.search.toLowerCase();
+  return needle ? allRows.filter((r) => r.name.toLowerCase().includes(needle)) : allRows;
+}
+
+function apiQuery(extra = {}) {
+  return { run: selection.run, worker: selection.worker, span: selection.span, group_by: state.groupBy, ...extra };
+}
+
+function updateJsonLink() {
+  setJsonLink(withQuery("/api/operators", apiQuery({ search: state.search, sort: effectiveSort() })));
+}
+
+// ---- call stacks ------------------------------------------------------------------------------
+function frameItem(frame) {
+  if (!frame.links || !frame.links.view) return el("li", { class: "native", text: frame.text });
+  return el(
+    "li",
+    {},
+    el("a", { href: frame.links.view, title: "Show the source", text: frame.text }),
+    frame.links.external
+      ? el("a", { class: "external", href: frame.links.external, target: "_blank", rel: "noopener", text: "open \u2197" })
+      : null,
+  );
+}
+
+function callerFrame(frames) {
+  const withPath = frames.filter((f) => f.path);
+  return withPath.find((f) => !/(site-packages|dist-packages|^torch\/|\/torch\/)/.test(f.path)) || withPath[0] || null;
+}
+
+function metric(label, value) {
+  return el("span", { class: "metric" }, `${label} `, el("b", { text: value }));
+}
+
+function renderStacks(target, stacks) {
+  if (!stacks.length) {
+    clear(target, el("p", { class: "muted", "data-testid": "no-stack", text: "No call stack recorded for this operator (profile with with_stack=True)." }));
+    return;
+  }
+  clear(
+    target,
+    el(
+      "div",
+      { class: "stacks", "data-testid": "stacks" },
+      el("div", { class: "muted", text: `${stacks.length} distinct call stack${stacks.length === 1 ? "" : "s"} (innermost frame first)` }),
+      stacks.map((stack, i) => {
+        const caller = callerFrame(stack.frames);
+        return el(
+          "details",
+          { class: "stack", open: i < 3 },
+          el(
+            "summary",
+            {},
+            metric("Calls", fmtInt(stack.calls)),
+            metric("Device self", `${fmtUs(stack.device_self_us)} \u00b5s`),
+            metric("Device total", `${fmtUs(stack.device_total_us)} \u00b5s`),
+            metric("Host self", `${fmtUs(stack.host_self_us)} \u00b5s`),
+            metric("Host total", `${fmtUs(stack.host_total_us)} \u00b5s`),
+            caller ? el("span", { class: "metric mono", text: `from ${caller.text}` }) : null,
+          ),
+          el("ol", { class: "frames" }, stack.frames.map(frameItem)),
+        );
+      }),
+    ),
+  );
+}
+
+function stacksUrl(row) {
+  const query = new URLSearchParams(apiQuery());
+  query.delete("group_by");
+  query.set("name", row.name);
+  if (byShape()) query.set("input_shape", row.input_shape || "");
+  return `/api/operators/stacks?${query}`;
+}
+
+function renderDetail(row) {
+  const target = el("div", { class: "stack-detail" }, loading("Loading call stacks\u2026"));
+  const url = stacksUrl(row);
+  const cached = stackCache.get(url);
+  if (cached) {
+    renderStacks(target, cached);
+    return target;
+  }
+  loadView(url, { statusEl: target })
+    .then((body) => {
+      stackCache.set(url, body.stacks || []);
+      renderStacks(target, body.stacks || []);
+    })
+    .catch((error) => clear(target, errorBox({ title: "Cannot load call stacks", message: error.message })));
+  return target;
+}
+
+function toggle(row) {
+  const open = rowKey(row) === expandedKey();
+  state.stack = open ? null : row.name;
+  state.shape = open || !byShape() ? null : row.input_shape || "";
+  updateUrl({ stack: state.stack, shape: state.shape });
+  renderRows();
+}
+
+// ---- pies and table ---------------------------------------------------------------------------
+function selectRow(key) {
+  const row = allRows.find((r) => rowKey(r) === key);
+  if (!row) return;
+  if (rowKey(row) !== expandedKey()) toggle(row);
+  flashRow(table, key);
+}
+
+function renderPies() {
+  const target = byId("pies");
+  const rows = filteredRows();
+  const shown = PIES.filter((p) => !p.device || hasDeviceTime());
+  clear(
+    target,
+    shown.map((pie) =>
+      el(
+        "section",
+        { class: "panel pie-panel", "data-testid": `pie-${pie.key}` },
+        el("h2", {}, pie.title, el("span", { class: "sub", text: `top ${state.top}${pie.withOther ? " + other" : ""}` })),
+        el("div", { id: `pie-${pie.key}` }),
+      ),
+    ),
+  );
+  for (const pie of shown) {
+    renderPie(byId(`pie-${pie.key}`), {
+      slices: topSlices(rows, pie.key, state.top, { label: rowLabel, key: rowKey, withOther: pie.withOther }),
+      onSelect: (slice) => selectRow(slice.key),
+      emptyText: state.search ? "No operator matches the search." : "No time recorded.",
+    });
+  }
+}
+
+function renderRows() {
+  const rows = sortRows(filteredRows(), effectiveSort());
+  byId("row-count").textContent =
+    rows.length === allRows.length ? `${fmtInt(rows.length)} rows` : `${fmtInt(rows.length)} of ${fmtInt(allRows.length)} rows`;
+  const target = byId("table");
+  if (!rows.length) {
+    table = null;
+    clear(target, emptyState(state.search ? `No operator matches \u201c${state.search}\u201d` : "This trace has no operators"));
+    return;
+  }
+  table = renderTable(target, {
+    columns: columns(byShape()),
+    rows,
+    sort: effectiveSort(),
+    onSort: (next) => {
+      state.sort = next;
+      updateUrl({ sort: next });
+      updateJsonLink();
+      renderRows();
+    },
+    rowKey,
+    expandedKey: expandedKey(),
+    onToggle: toggle,
+    renderDetail,
+    testid: "operators-table",
+  });
+  updateJsonLink();
+}
+
+async function load() {
+  controller?.abort();
+  controller = new AbortController();
+  const statusEl = byId("status");
+  updateJsonLink();
+  try {
+    const data = await loadView(withQuery("/api/operators", apiQuery()), { statusEl, signal: controller.signal });
+    allRows = data.rows || [];
+  } catch (error) {
+    if (!isAbort(error)) showViewError(statusEl, error, selection);
+    return;
+  }
+  byId("controls").hidden = false;
+  byId("table-panel").hidden = false;
+  renderPies();
+  renderRows();
+  const expanded = table?.querySelector("tr.expanded");
+  if (expanded) expanded.scrollIntoView({ block: "center" });
+}
+
+async function main() {
+  selection = await initSelector("operators", byId("status"));
+  if (!selection) return;
+  bindGroupBy(state.groupBy, (value) => {
+    state.groupBy = value;
+    state.stack = state.shape = null;
+    if (state.sort && state.sort.replace(/^-/, "") === "input_shape" && value === "operator") state.sort = null;
+    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort });
+    load();
+  });
+  bindSearch(state.search, (value) => {
+    state.search = value;
+    updateUrl({ search: value });
+    renderPies();
+    renderRows();
+  });
+  bindTop(state.top, (value) => {
+    state.top = value;
+    updateUrl({ top: value });
+    renderPies();
+  });
+  await load();
+}
+
+main();

@@ -1,0 +1,204 @@
+// Runs page: every run with its state, parse progress, workers x spans and file errors.
+
+import { byId, clear, debounce, el } from "../dom.js";
+import { fmtBytes, fmtInt } from "../format.js";
+import { updateNavLinks } from "../selector.js";
+import { emptyState, errorBox, progressBar } from "../status.js";
+import { readParams, updateUrl, withQuery } from "../urlstate.js";
+
+const BUSY_POLL_MS = 700;
+const IDLE_POLL_MS = 5000;
+const WORKERS_SHOWN = 8;
+
+let lastBody = "";
+let data = null;
+
+function spanChip(run, worker, span, index, count, file) {
+  const state = file ? file.state : "queued";
+  const details = [file ? file.file : null, `state: ${state}`];
+  if (file && state !== "ready" && state !== "error" && file.bytes_total) {
+    details.push(`${fmtBytes(file.bytes_done)} of ${fmtBytes(file.bytes_total)}`);
+  }
+  if (file && file.message) details.push(file.message);
+  return el(
+    "a",
+    {
+      class: `chip ${state}`,
+      href: withQuery("/overview", { run: run.run, worker, span }),
+      title: details.filter(Boolean).join("\n"),
+      "data-testid": "span-link",
+    },
+    el("span", { class: "dot" }),
+    count > 1 ? `#${index + 1} ${span}` : span,
+  );
+}
+
+function workersCell(run) {
+  const fileOf = new Map((run.files || []).map((f) => [`${f.worker}\u0000${f.span}`, f]));
+  const rows = (run.workers || []).map((w) => [
+    el("span", { class: "worker", title: w.worker, text: w.worker }),
+    el(
+      "span",
+      { class: "span-chips" },
+      w.spans.map((s, i) => spanChip(run, w.worker, s, i, w.spans.length, fileOf.get(`${w.worker}\u0000${s}`))),
+    ),
+  ]);
+  if (!rows.length) return el("span", { class: "muted", text: "no readable trace" });
+  const list = el("div", { class: "worker-list" }, rows.slice(0, WORKERS_SHOWN));
+  if (rows.length <= WORKERS_SHOWN) return list;
+  return el(
+    "div",
+    {},
+    list,
+    el(
+      "details",
+      {},
+      el("summary", { text: `${rows.length - WORKERS_SHOWN} more workers` }),
+      el("div", { class: "worker-list" }, rows.slice(WORKERS_SHOWN)),
+    ),
+  );
+}
+
+function stateCell(run) {
+  const cell = el("div", {}, el("span", { class: `badge ${run.state}`, text: run.state }));
+  if (run.state === "parsing") {
+    const files = run.files || [];
+    const done = files.reduce((sum, f) => sum + (f.state === "ready" || f.state === "error" ? f.bytes_total : f.bytes_done), 0);
+    const total = files.reduce((sum, f) => sum + (f.bytes_total || 0), 0);
+    cell.append(
+      progressBar(run.progress),
+      el("div", { class: "faint", text: `${fmtBytes(done)} of ${fmtBytes(total)}` }),
+    );
+  }
+  return cell;
+}
+
+function filesCell(run) {
+  const files = run.files || [];
+  const bytes = files.reduce((sum, f) => sum + (f.bytes || 0), 0);
+  return `${fmtInt(files.length)} \u00b7 ${fmtBytes(bytes)}`;
+}
+
+function errorRow(run) {
+  if (!run.errors || !run.errors.length) return null;
+  return el(
+    "tr",
+    { class: "error-row" },
+    el("td", {}),
+    el(
+      "td",
+      { colspan: "3" },
+      el(
+        "ul",
+        { class: "file-errors", "data-testid": "file-errors" },
+        run.errors.map((e) => el("li", {}, el("span", { class: "file", text: e.file }), ": ", e.message)),
+      ),
+    ),
+  );
+}
+
+const VIEW_LABELS = { overview: "Overview", operators: "Operator", kernels: "Kernel" };
+
+function viewLinks(run) {
+  if (!run.workers?.length) return null;
+  const links = (run.views || []).map((view) =>
+    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: VIEW_LABELS[view] || view }),
+  );
+  return el("div", { class: "view-links" }, links.flatMap((link, i) => (i ? [" \u00b7 ", link] : [link])));
+}
+
+function runRow(run) {
+  const first = run.workers?.[0];
+  const name = first
+    ? el("a", { class: "run-name", href: withQuery("/overview", { run: run.run }), text: run.run })
+    : el("span", { class: "run-name", text: run.run });
+  return el(
+    "tr",
+    { "data-run": run.run },
+    el("td", {}, name, viewLinks(run)),
+    el("td", {}, stateCell(run)),
+    el("td", {}, workersCell(run)),
+    el("td", { class: "num" }, filesCell(run)),
+  );
+}
+
+function render() {
+  const filter = (readParams().q || "").toLowerCase();
+  const runs = data.runs || [];
+  const roots = data.roots || [];
+
+  clear(
+    byId("root-errors"),
+    roots
+      .filter((r) => r.error)
+      .map((r) => errorBox({ title: `Cannot read ${r.root}`, message: r.error })),
+  );
+  const parsing = runs.filter((r) => r.state === "parsing").length;
+  byId("runs-summary").textContent =
+    `${fmtInt(runs.length)} run${runs.length === 1 ? "" : "s"} under ${fmtInt(roots.length)} root${roots.length === 1 ? "" : "s"}` +
+    (parsing ? ` \u00b7 ${parsing} parsing` : "");
+
+  const target = byId("runs");
+  if (!runs.length) {
+    const where = roots.map((r) => r.root).join(", ") || "the configured roots";
+    clear(
+      target,
+      emptyState(
+        `No traces found under ${where}`,
+        "profscope looks for torch.profiler traces (*.pt.trace.json[.gz], *.json[.gz]) in every folder below the roots.",
+        "New files are picked up automatically.",
+      ),
+    );
+    return;
+  }
+  const shown = runs.filter((r) => !filter || r.run.toLowerCase().includes(filter));
+  if (!shown.length) {
+    clear(target, emptyState(`No run matches \u201c${filter}\u201d`));
+    return;
+  }
+  const table = el(
+    "table",
+    { class: "data runs-table", "data-testid": "runs-table" },
+    el(
+      "thead",
+      {},
+      el("tr", {}, el("th", { text: "Run" }), el("th", { text: "State" }), el("th", { text: "Workers \u00d7 spans" }), el("th", { class: "num", text: "Files" })),
+    ),
+    el("tbody", {}, shown.map((run) => [runRow(run), errorRow(run)])),
+  );
+  clear(target, el("div", { class: "panel" }, table));
+}
+
+async function poll() {
+  let delay = IDLE_POLL_MS;
+  try {
+    const response = await fetch("/api/runs", { headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(`GET /api/runs answered ${response.status}`);
+    const text = await response.text();
+    if (text !== lastBody) {
+      lastBody = text;
+      data = JSON.parse(text);
+      render();
+    }
+    if ((data.runs || []).some((r) => r.state === "parsing")) delay = BUSY_POLL_MS;
+  } catch (error) {
+    clear(byId("runs"), errorBox({ title: "Cannot list runs", message: String(error.message || error) }));
+  }
+  setTimeout(poll, delay);
+}
+
+function main() {
+  updateNavLinks(null);
+  const filterInput = byId("run-filter");
+  filterInput.value = readParams().q || "";
+  filterInput.addEventListener(
+    "input",
+    debounce(() => {
+      updateUrl({ q: filterInput.value.trim() });
+      if (data) render();
+    }, 150),
+  );
+  poll();
+}
+
+main();

@@ -1,0 +1,217 @@
+// The run / worker / span bar shared by the view pages, the nav links, and the JSON-twin link.
+
+import { ApiError, getJSON, postJSON } from "./api.js";
+import { byId, clear, el } from "./dom.js";
+import { errorBox, progressBar } from "./status.js";
+import { readParams, withQuery } from "./urlstate.js";
+
+// Parameters that name a row of one trace: dropped when the trace changes.
+const TRACE_LOCAL_PARAMS = ["stack", "shape"];
+
+/** Point the nav tabs at the same run / worker / span. */
+export function updateNavLinks(ident, runInfo = null) {
+  for (const link of document.querySelectorAll("a[data-nav]")) {
+    const page = link.dataset.nav;
+    if (page === "runs") continue;
+    link.setAttribute("href", withQuery(`/${page}`, ident || {}));
+    const missing = runInfo && runInfo.state === "ready" && !(runInfo.views || []).includes(page);
+    link.classList.toggle("unavailable", Boolean(missing));
+    if (missing && page === "kernels") link.title = "This run has no GPU kernels";
+    else link.removeAttribute("title");
+  }
+}
+
+export function setJsonLink(url) {
+  const link = byId("json-link");
+  if (!link) return;
+  link.setAttribute("href", url);
+  link.hidden = false;
+}
+
+function navigate(page, changes) {
+  const params = readParams();
+  for (const key of TRACE_LOCAL_PARAMS) delete params[key];
+  location.assign(withQuery(`/${page}`, { ...params, ...changes }));
+}
+
+function select(id, label, options, current, onChange) {
+  const node = el("select", { id, "aria-label": label, onchange: (e) => onChange(e.target.value) });
+  for (const option of options) {
+    node.append(el("option", { value: option.value, selected: option.value === current, text: option.label }));
+  }
+  if (current === null) node.prepend(el("option", { value: "", selected: true, disabled: true, text: "choose\u2026" }));
+  return el("label", {}, label, node);
+}
+
+const RUN_POLL_MS = 1500;
+
+function runStateNote(runInfo) {
+  const note = el("span", { class: "run-state", id: "run-state" });
+  fillRunState(note, runInfo);
+  return note;
+}
+
+function fillRunState(note, runInfo) {
+  if (!runInfo || runInfo.state === "ready") {
+    clear(note);
+  } else if (runInfo.state === "error") {
+    clear(note, el("span", { class: "badge error", title: "No trace of this run could be read", text: "error" }));
+  } else {
+    note.title = "Traces of this run are still being parsed";
+    clear(note, el("span", { class: "badge parsing", text: "parsing" }), " ", progressBar(runInfo.progress));
+  }
+}
+
+/** Keep the run's parse state in the bar current while other files of the run are parsed. */
+async function watchRunState(runInfo) {
+  let current = runInfo;
+  while (current.state === "parsing") {
+    await new Promise((resolve) => setTimeout(resolve, RUN_POLL_MS));
+    try {
+      current = await getJSON(withQuery("/api/run", { run: current.run }));
+    } catch {
+      return;
+    }
+    const note = byId("run-state");
+    if (note) fillRunState(note, current);
+  }
+  updateNavLinks(readIdent(), current);
+}
+
+function readIdent() {
+  const { run, worker, span } = readParams();
+  return { run, worker, span };
+}
+
+function renderBar(page, runs, runInfo, worker, span) {
+  const bar = byId("selector");
+  if (!bar) return;
+  const workers = runInfo ? runInfo.workers : [];
+  const spans = workers.find((w) => w.worker === worker)?.spans || [];
+  clear(
+    bar,
+    select("sel-run", "Run", runs.map((r) => ({ value: r.run, label: r.run })), runInfo ? runInfo.run : null, (run) =>
+      navigate(page, { run, worker: null, span: null }),
+    ),
+    select("sel-worker", "Worker", workers.map((w) => ({ value: w.worker, label: w.worker })), worker, (next) => {
+      // Keep the span's position: ranks of one job have different span ids for the same window.
+      const index = Math.max(0, spans.indexOf(span));
+      const nextSpans = workers.find((w) => w.worker === next)?.spans || [];
+      navigate(page, { run: runInfo.run, worker: next, span: nextSpans[Math.min(index, nextSpans.length - 1)] });
+    }),
+    select(
+      "sel-span",
+      "Span",
+      spans.map((s, i) => ({ value: s, label: spans.length > 1 ? `#${i + 1} \u00b7 ${s}` : s })),
+      span,
+      (next) => navigate(page, { run: runInfo.run, worker, span: next }),
+    ),
+    runStateNote(runInfo),
+    el("span", { class: "spacer" }),
+    el("a", { id: "json-link", href: "#", hidden: true, title: "This view as JSON (the API call the page makes)", text: "JSON" }),
+  );
+}
+
+function firstUsable(items, usable) {
+  return items.find(usable) || items[0];
+}
+
+/** Write run / worker / span into the URL, ahead of the page's own parameters. */
+function putIdentFirst(ident) {
+  const rest = new URLSearchParams(location.search);
+  const query = new URLSearchParams(ident);
+  for (const [key, value] of rest) if (!(key in ident)) query.append(key, value);
+  const url = `${location.pathname}?${query}${location.hash}`;
+  if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(null, "", url);
+}
+
+/**
+ * Resolve run / worker / span from the URL (the first of each when missing, written back into the
+ * URL), fill the selector bar, and return {run, worker, span, runInfo}; null when there is nothing
+ * to show (the reason is rendered into statusEl).
+ */
+export async function initSelector(page, statusEl) {
+  let data;
+  try {
+    data = await getJSON("/api/runs");
+  } catch (error) {
+    clear(statusEl, errorBox({ title: "Cannot list runs", message: error.message }));
+    return null;
+  }
+  const runs = data.runs || [];
+  const params = readParams();
+  if (!runs.length) {
+    renderBar(page, runs, null, null, null);
+    const roots = (data.roots || []).map((r) => r.root).join(", ") || "the configured roots";
+    clear(
+      statusEl,
+      el(
+        "div",
+        { class: "empty-state", "data-testid": "empty-state" },
+        el("strong", { text: `No traces found under ${roots}` }),
+        el("div", {}, "See the ", el("a", { href: "/", text: "Runs page" }), " for what was found."),
+      ),
+    );
+    return null;
+  }
+  const runInfo = params.run ? runs.find((r) => r.run === params.run) : firstUsable(runs, (r) => r.state !== "error");
+  if (!runInfo) {
+    renderBar(page, runs, null, null, null);
+    clear(statusEl, errorBox({ title: "Unknown run", message: `There is no run named \u201c${params.run}\u201d. Choose one above.` }));
+    return null;
+  }
+  const workers = runInfo.workers || [];
+  if (!workers.length) {
+    renderBar(page, runs, runInfo, null, null);
+    const reasons = (runInfo.errors || []).map((e) => `${e.file}: ${e.message}`).join("\n");
+    clear(statusEl, errorBox({ title: "This run has no readable trace", message: reasons || "No trace files." }));
+    return null;
+  }
+  // Defaults skip traces that failed, so a bare URL opens something readable when there is one.
+  const failed = new Set((runInfo.files || []).filter((f) => f.state === "error").map((f) => `${f.worker}\u0000${f.span}`));
+  const readable = (worker, spanId) => !failed.has(`${worker}\u0000${spanId}`);
+  const workerInfo = params.worker
+    ? workers.find((w) => w.worker === params.worker)
+    : firstUsable(workers, (w) => w.spans.some((s) => readable(w.worker, s)));
+  const span =
+    workerInfo &&
+    (params.span
+      ? workerInfo.spans.find((s) => s === params.span)
+      : firstUsable(workerInfo.spans, (s) => readable(workerInfo.worker, s)));
+  if (!workerInfo || !span) {
+    renderBar(page, runs, runInfo, workerInfo ? workerInfo.worker : null, null);
+    const what = workerInfo ? `span \u201c${params.span}\u201d` : `worker \u201c${params.worker}\u201d`;
+    clear(statusEl, errorBox({ title: "Unknown worker or span", message: `Run ${runInfo.run} has no ${what}. Choose one above.` }));
+    return null;
+  }
+  const ident = { run: runInfo.run, worker: workerInfo.worker, span };
+  putIdentFirst(ident);
+  renderBar(page, runs, runInfo, ident.worker, ident.span);
+  updateNavLinks(ident, runInfo);
+  watchRunState(runInfo);
+  return { ...ident, runInfo, runs };
+}
+
+/** Show why a view could not load; a trace that failed to parse gets a Retry button. */
+export function showViewError(statusEl, error, ident) {
+  if (!(error instanceof ApiError)) {
+    clear(statusEl, errorBox({ title: "Something went wrong", message: String(error?.message || error) }));
+    return;
+  }
+  if (error.status === 422) {
+    const retry = el("button", {
+      type: "button",
+      text: "Parse again",
+      onclick: async () => {
+        await postJSON(withQuery("/api/retry", ident));
+        location.reload();
+      },
+    });
+    clear(
+      statusEl,
+      errorBox({ title: "This trace could not be read", message: error.message, file: error.body.file, action: retry }),
+    );
+    return;
+  }
+  clear(statusEl, errorBox({ title: `Request failed (${error.status})`, message: error.message }));
+}

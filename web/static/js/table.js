@@ -1,0 +1,142 @@
+// Sortable data tables with sticky headers, right-aligned numbers and optional expandable rows.
+
+import { clear, el } from "./dom.js";
+import { fmtInt } from "./format.js";
+
+const INITIAL_LIMIT = 1000;
+
+function compare(a, b) {
+  if (typeof a === "number" && typeof b === "number") return a - b;
+  if (typeof a === "boolean" || typeof b === "boolean") return Number(a) - Number(b);
+  if (Array.isArray(a) && Array.isArray(b)) {
+    for (let i = 0; i < Math.max(a.length, b.length); i += 1) {
+      const diff = (a[i] ?? 0) - (b[i] ?? 0);
+      if (diff) return diff;
+    }
+    return 0;
+  }
+  return String(a).localeCompare(String(b));
+}
+
+/** Sort like the API does: `-col` is descending; rows without a value go last either way. */
+export function sortRows(rows, sort) {
+  if (!sort) return rows.slice();
+  const descending = sort.startsWith("-");
+  const key = sort.replace(/^-/, "");
+  const present = rows.filter((r) => r[key] !== null && r[key] !== undefined);
+  const absent = rows.filter((r) => r[key] === null || r[key] === undefined);
+  present.sort((a, b) => (descending ? compare(b[key], a[key]) : compare(a[key], b[key])));
+  return present.concat(absent);
+}
+
+/**
+ * columns: [{key, label, title?, num?, cls?, format?(value, row), cell?(row) -> Node}]
+ * options: {rows, sort, onSort, rowKey, expandedKey, onToggle, renderDetail, caption}
+ */
+export function renderTable(container, options) {
+  const { columns, rows, sort, onSort, rowKey, expandedKey = null, onToggle = null, renderDetail = null } = options;
+  let limit = options.limit || INITIAL_LIMIT;
+  const expandable = Boolean(onToggle);
+  const sortKey = sort ? sort.replace(/^-/, "") : null;
+  const descending = sort ? sort.startsWith("-") : false;
+
+  const headCells = columns.map((col) => {
+    const active = col.key === sortKey;
+    const th = el(
+      "th",
+      {
+        class: ["sortable", col.num ? "num" : ""].join(" ").trim(),
+        title: col.title || null,
+        "data-key": col.key,
+        "aria-sort": active ? (descending ? "descending" : "ascending") : "none",
+        scope: "col",
+        onclick: () => {
+          const next = active ? (descending ? col.key : `-${col.key}`) : col.num ? `-${col.key}` : col.key;
+          onSort(next);
+        },
+      },
+      col.label,
+      el("span", { class: "arrow", text: active ? (descending ? "\u25bc" : "\u25b2") : "" }),
+    );
+    return th;
+  });
+  const thead = el("thead", {}, el("tr", {}, expandable ? el("th", { "aria-label": "expand" }) : null, headCells));
+  const tbody = el("tbody");
+  const table = el("table", { class: options.wide ? "data wide" : "data", "data-testid": options.testid || null }, thead, tbody);
+  const scroll = el("div", { class: "table-scroll" }, table);
+  const foot = el("div", { class: "table-foot" });
+
+  function fillBody() {
+    const shown = rows.slice(0, limit);
+    const fragment = document.createDocumentFragment();
+    for (const row of shown) {
+      const key = rowKey ? rowKey(row) : null;
+      const isExpanded = expandable && key === expandedKey;
+      const cells = columns.map((col) => {
+        const value = row[col.key];
+        const content = col.cell ? col.cell(row) : col.format ? col.format(value, row) : value ?? "";
+        const td = el("td", { class: [col.num ? "num" : "", col.cls || ""].join(" ").trim() || null }, content);
+        if (["name", "op", "shape"].includes(col.cls)) td.title = value == null ? "" : String(value);
+        return td;
+      });
+      const tr = el(
+        "tr",
+        {
+          class: [expandable ? "expandable" : "", isExpanded ? "expanded" : ""].join(" ").trim() || null,
+          "data-key": key,
+          tabindex: expandable ? "0" : null,
+          "aria-expanded": expandable ? String(isExpanded) : null,
+        },
+        expandable ? el("td", { class: "twisty", text: isExpanded ? "\u25be" : "\u25b8" }) : null,
+        cells,
+      );
+      if (expandable) {
+        tr.addEventListener("click", (event) => {
+          if (event.target.closest("a")) return;
+          onToggle(row);
+        });
+        tr.addEventListener("keydown", (event) => {
+          if (event.key === "Enter" || event.key === " ") {
+            event.preventDefault();
+            onToggle(row);
+          }
+        });
+      }
+      fragment.append(tr);
+      if (isExpanded && renderDetail) {
+        fragment.append(
+          el("tr", { class: "detail" }, el("td", { colspan: String(columns.length + 1) }, renderDetail(row))),
+        );
+      }
+    }
+    tbody.replaceChildren(fragment);
+    clear(foot);
+    if (rows.length > limit) {
+      foot.append(
+        `Showing ${fmtInt(limit)} of ${fmtInt(rows.length)} rows.`,
+        el("button", {
+          type: "button",
+          text: "Show all",
+          onclick: () => {
+            limit = rows.length;
+            fillBody();
+          },
+        }),
+      );
+    }
+  }
+
+  fillBody();
+  clear(container, scroll, foot);
+  return table;
+}
+
+/** Scroll a row into view and flash it. */
+export function flashRow(table, key) {
+  const row = [...table.querySelectorAll("tbody tr[data-key]")].find((tr) => tr.dataset.key === key);
+  if (!row) return;
+  row.scrollIntoView({ block: "center", behavior: "smooth" });
+  row.classList.remove("flash");
+  void row.offsetWidth;
+  row.classList.add("flash");
+}

@@ -1,0 +1,28 @@
+// Every bit of page state lives in the query string, so a pasted URL restores the same view.
+
+export function readParams() {
+  return Object.fromEntries(new URLSearchParams(location.search));
+}
+
+/** Set (or, for null / "" values, remove) query parameters without reloading the page. */
+export function updateUrl(changes, { push = false } = {}) {
+  const url = new URL(location.href);
+  for (const [key, value] of Object.entries(changes)) {
+    if (value === null || value === undefined || value === "") url.searchParams.delete(key);
+    else url.searchParams.set(key, String(value));
+  }
+  if (url.href === location.href) return;
+  if (push) history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}
+
+/** "/path?k=v&..." leaving out null and empty values. */
+export function withQuery(path, params) {
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === "") continue;
+    query.set(key, String(value));
+  }
+  const text = query.toString();
+  return text ? `${path}?${text}` : path;
+}
