@@ -51,8 +51,16 @@ def scaled_trace(family: str, size: str) -> Path:
     if not path.exists():
         OUT.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, str(SHARED / "tools" / "make_big_trace.py"), str(CORPUS / SCALE_SOURCES[family]),
-             str(path), "--size", size, "--compresslevel", "1"],
+            [
+                sys.executable,
+                str(SHARED / "tools" / "make_big_trace.py"),
+                str(CORPUS / SCALE_SOURCES[family]),
+                str(path),
+                "--size",
+                size,
+                "--compresslevel",
+                "1",
+            ],
             check=True,
         )
     return path
@@ -67,15 +75,19 @@ def timed(command: list[str]) -> dict:
     if completed.returncode != 0 or not wall or not rss:
         return {"error": (completed.stdout + report)[-2000:]}
     parts = [float(p) for p in wall.group(1).split(":")]
-    seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
     return {"wall_s": seconds, "peak_rss_mb": int(rss.group(1)) / 1024, "stdout": completed.stdout[-4000:]}
 
 
 def tool_command(tool: str, trace: Path, cache_dir: Path) -> list[str]:
     if tool == "profscope":
         return [sys.executable, "-m", "profscope.cli", "ingest", str(trace), "--cache-dir", str(cache_dir)]
-    return [str(REFVENV_PYTHON), str(REPO / "bench" / "reference" / "timed_peer.py"),
-            "tbprof" if tool == "torch-tb-profiler" else "hta", str(trace)]
+    return [
+        str(REFVENV_PYTHON),
+        str(REPO / "bench" / "reference" / "timed_peer.py"),
+        "tbprof" if tool == "torch-tb-profiler" else "hta",
+        str(trace),
+    ]
 
 
 def uncompressed_mb(trace: Path) -> float:
@@ -123,7 +135,10 @@ def main() -> int:
                         break
                 ok = [m for m in measured if "error" not in m]
                 row = {
-                    "input": name, "tool": tool, "gz_mb": trace.stat().st_size / 1e6, "uncompressed_mb": size_mb,
+                    "input": name,
+                    "tool": tool,
+                    "gz_mb": trace.stat().st_size / 1e6,
+                    "uncompressed_mb": size_mb,
                     "runs": len(ok),
                     "wall_s": statistics.median(m["wall_s"] for m in ok) if ok else None,
                     "peak_rss_mb": statistics.median(m["peak_rss_mb"] for m in ok) if ok else None,
@@ -158,8 +173,7 @@ def markdown(rows: list[dict]) -> str:
         ours, tb, hta = tools.get("profscope"), tools.get("torch-tb-profiler"), tools.get("HTA")
         first = ours or tb or hta
         speedup = (
-            f"{tb['wall_s'] / ours['wall_s']:.1f}x"
-            if ours and tb and ours.get("wall_s") and tb.get("wall_s") else "—"
+            f"{tb['wall_s'] / ours['wall_s']:.1f}x" if ours and tb and ours.get("wall_s") and tb.get("wall_s") else "—"
         )
         lines.append(
             f"| {name} | {first['gz_mb']:.2f} | {first['uncompressed_mb']:.1f} | {cell(ours, 'wall_s')} | "
