@@ -157,8 +157,8 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         by_input.setdefault(row["input"], {})[row["tool"]] = row
     lines = [
-        "| input | gz MB | unc. MB | profscope s | profscope peak MB | tb-profiler s | tb peak MB | HTA s | HTA peak MB |"
-        " speed-up vs tb |",
+        "| input | gz MB | unc. MB | profscope s | profscope peak MB | tb-profiler s | tb peak MB | HTA s "
+        "| HTA peak MB | speed-up vs tb |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
