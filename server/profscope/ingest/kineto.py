@@ -261,9 +261,16 @@ class TableBuilder:
             name: {column: [] for column in layout} for name, layout in SCHEMA.items()
         }
         # Raw float microsecond times, made relative and integer in finish().
-        self._x_ts: list[float] = []
-        self._x_dur: list[float] = []
+        # Each piece's column lists become numpy chunks right away, so peak memory is the arrays,
+        # not millions of Python objects. Times stay float microseconds until finish().
+        self._chunks: dict[str, dict[str, list[np.ndarray]]] = {
+            name: {column: [] for column in layout} for name, layout in SCHEMA.items()
+        }
+        self._rows = 0
+        self._x_ts: list[np.ndarray] = []
+        self._x_dur: list[np.ndarray] = []
         self._times: dict[str, list[float]] = {"memory": [], "flows": [], "counters": [], "instants": []}
+        self._time_chunks: dict[str, list[np.ndarray]] = {name: [] for name in self._times}
         self._open_begins: dict[int, list[tuple[float, Event]]] = {}
         self.event_count = 0
         self.non_event_items = 0
@@ -333,6 +340,18 @@ class TableBuilder:
                     continue
                 self._add_other(event)
         self._add_complete(complete)
+        self._flush()
+
+    def _flush(self) -> None:
+        for table_name, layout in SCHEMA.items():
+            for column, values in self.lists[table_name].items():
+                if values:
+                    self._chunks[table_name][column].append(_column(values, layout[column]))
+                    values.clear()
+        for table_name, times in self._times.items():
+            if times:
+                self._time_chunks[table_name].append(np.asarray(times, dtype=np.float64))
+                times.clear()
 
     def _add_complete(self, events: list[Event]) -> None:
         if not events:
@@ -340,9 +359,10 @@ class TableBuilder:
         ts, dur, events = self._checked_times(events)
         if not events:
             return
-        first_row = len(self._x_ts)
-        self._x_ts.extend(ts.tolist())
-        self._x_dur.extend(dur.tolist())
+        first_row = self._rows
+        self._rows += len(events)
+        self._x_ts.append(ts)
+        self._x_dur.append(dur)
         columns = self.lists["events"]
         name_ids = self.intern_all([e.name for e in events])
         category_ids = self.intern_all([e.cat for e in events])
@@ -576,24 +596,28 @@ class TableBuilder:
         for stack in self._open_begins.values():
             if stack:
                 self.warn("'B' events without a matching 'E' were skipped")
-        x_ts = np.asarray(self._x_ts, dtype=np.float64)
-        candidates = [x_ts] if len(x_ts) else [np.asarray(v, dtype=np.float64) for v in self._times.values()]
+        self._flush()
+        x_ts = _concatenate(self._x_ts, "f8")
+        times = {name: _concatenate(chunks, "f8") for name, chunks in self._time_chunks.items()}
+        candidates = [x_ts] if len(x_ts) else list(times.values())
         nonempty = [c for c in candidates if len(c)]
         origin_us = float(min(c.min() for c in nonempty)) if nonempty else 0.0
 
         def to_ns(values: np.ndarray) -> np.ndarray:
             return np.rint((values - origin_us) * 1000.0).astype(np.int64)
 
-        columns: dict[str, dict[str, np.ndarray]] = {}
-        for table_name, layout in SCHEMA.items():
-            columns[table_name] = {
-                column: _column(self.lists[table_name][column], dtype) for column, dtype in layout.items()
+        columns: dict[str, dict[str, np.ndarray]] = {
+            table_name: {
+                column: _concatenate(self._chunks[table_name][column], dtype) for column, dtype in layout.items()
             }
+            for table_name, layout in SCHEMA.items()
+        }
+        self._chunks.clear()
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
-        events["dur_ns"] = np.rint(np.asarray(self._x_dur, dtype=np.float64) * 1000.0).astype(np.int64)
-        for table_name, times in self._times.items():
-            columns[table_name]["ts_ns"] = to_ns(np.asarray(times, dtype=np.float64))
+        events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
+        for table_name, values in times.items():
+            columns[table_name]["ts_ns"] = to_ns(values)
         _sort_events(columns)
         for pid, values in getattr(self, "_process_meta", {}).items():
             for track in self.tracks:
@@ -608,6 +632,10 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
+    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype=dtype)
 
 
 def _column(values: list[Any], dtype: str) -> np.ndarray:
