@@ -35,3 +35,12 @@ def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = np.full(count, rows, dtype=np.int64)
     np.minimum.at(first, combined, np.arange(rows))
     return combined, first
+
+
+def match_keys(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, missing: int) -> np.ndarray:
+    """For each query, the value of the equal key (``keys`` sorted and unique), or ``missing``."""
+    queries = np.asarray(queries)
+    if len(keys) == 0:
+        return np.full(len(queries), missing, dtype=np.int64)
+    position = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[position] == queries, np.asarray(values)[position], missing).astype(np.int64)

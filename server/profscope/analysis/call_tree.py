@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import names as rules
-from profscope.analysis.arrays import lookup
+from profscope.analysis.arrays import lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
+_SWEEP_BLOCK = 1 << 17
 ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's CallTreeRoot
 UNLINKED = -2  # no launching runtime / op could be found
 
@@ -83,15 +84,10 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     # ---- launches: runtime -> op, device -> runtime ----------------------------------------------
     kept = np.flatnonzero(kept_nodes)
     kept_external = external_id[host_rows[kept]]
-    _, first = np.unique(kept_external, return_index=True)  # the first op (in thread order) owns an id
-    node_of_external = dict(zip(kept_external[first].tolist(), alias[kept[first]].tolist(), strict=True))
-    by_external = np.array(
-        [
-            node_of_external.get(ext, UNLINKED) if ext not in (0, NO_ID) else UNLINKED
-            for ext in external_id[runtime_rows].tolist()
-        ],
-        dtype=np.int64,
-    )
+    owner_external, first = np.unique(kept_external, return_index=True)  # the first op (thread order) owns an id
+    runtime_external = external_id[runtime_rows]
+    by_external = match_keys(owner_external, alias[kept[first]], runtime_external, UNLINKED)
+    by_external[(runtime_external == 0) | (runtime_external == NO_ID)] = UNLINKED
     consistent = np.zeros(len(runtime_rows), dtype=bool)
     if len(host_rows):
         candidate_rows = host_rows[np.maximum(by_external, 0)]
@@ -103,20 +99,20 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         )
     enclosing = lookup(alias, runtime_enclosing, ROOT)
     runtime_node = np.where(consistent, by_external, enclosing)
-    runtime_of_correlation = {
-        int(c): int(r)
-        for c, r in zip(correlation[runtime_rows].tolist(), runtime_rows.tolist(), strict=True)
-        if c != NO_ID
-    }
-    runtime_index = {int(r): i for i, r in enumerate(runtime_rows.tolist())}
+
+    # a device event belongs to the runtime call with its correlation id (the last one, if repeated)
+    runtime_correlation = correlation[runtime_rows]
+    order = np.argsort(runtime_correlation, kind="stable")
+    sorted_correlation = runtime_correlation[order]
+    last_of_value = np.append(sorted_correlation[1:] != sorted_correlation[:-1], True)[: len(sorted_correlation)]
+    correlation_keys = sorted_correlation[last_of_value]
+    runtime_position = order[last_of_value]
     device_rows = np.flatnonzero(np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
-    device_runtime = np.array(
-        [runtime_of_correlation.get(c, NO_ID) if c != NO_ID else NO_ID for c in correlation[device_rows].tolist()],
-        dtype=np.int64,
-    )
-    device_node = np.array(
-        [runtime_node[runtime_index[r]] if r != NO_ID else ROOT for r in device_runtime.tolist()], dtype=np.int64
-    )
+    device_correlation = correlation[device_rows]
+    position = match_keys(correlation_keys, runtime_position, device_correlation, NO_ID)
+    position[device_correlation == NO_ID] = NO_ID
+    device_runtime = lookup(runtime_rows, position, NO_ID)
+    device_node = lookup(runtime_node, position, ROOT)
     device_dur = np.asarray(events["dur_ns"])[device_rows]
     is_tc_kernel = (kind[device_rows] == Kind.KERNEL) & rules.string_mask(tables.strings, rules.uses_tensor_cores)[
         name[device_rows]
@@ -204,34 +200,41 @@ def _nest(
 ) -> tuple[np.ndarray, int, np.ndarray]:
     """Parent node of each host row, and the innermost enclosing node of each runtime row.
 
-    ``rows`` are grouped by thread, each group sorted by (ts, -dur). Runtime calls are swept with
-    them as leaves: they never enclose anything.
+    Host rows and runtime calls are swept together per thread in (start, longest first) order with
+    a stack of open ops; runtime calls are leaves. The sweep reads the sorted columns in blocks so
+    that only one block at a time exists as Python objects.
     """
     node_count = len(rows)
     all_rows = np.concatenate([rows, runtime_rows])
-    order = np.lexsort((np.arange(len(all_rows)), -(end[all_rows] - ts[all_rows]), ts[all_rows], track[all_rows]))
-    parent = np.full(node_count, ROOT, dtype=np.int64)
-    enclosing = np.full(len(runtime_rows), ROOT, dtype=np.int64)
-    starts = ts[all_rows].tolist()
-    ends = end[all_rows].tolist()
-    tracks = track[all_rows].tolist()
-    stack: list[int] = []
+    durations = end[all_rows] - ts[all_rows]
+    order = np.lexsort((np.arange(len(all_rows)), -durations, ts[all_rows], track[all_rows]))
+    starts, ends, tracks = ts[all_rows][order], end[all_rows][order], track[all_rows][order]
+    found = np.empty(len(order), dtype=np.int64)
+    stack_items: list[int] = []
+    stack_ends: list[int] = []
     current_track = None
     dropped = 0
-    for item in order.tolist():
-        if tracks[item] != current_track:
-            current_track = tracks[item]
-            stack = []
-        start = starts[item]
-        while stack and start >= ends[stack[-1]]:
-            stack.pop()
-        if item >= node_count:
-            enclosing[item - node_count] = stack[-1] if stack and ends[item] <= ends[stack[-1]] else ROOT
-            continue
-        if stack and ends[item] > ends[stack[-1]]:
-            parent[item] = UNLINKED
-            dropped += 1
-            continue
-        parent[item] = stack[-1] if stack else ROOT
-        stack.append(item)
-    return parent, dropped, enclosing
+    for block in range(0, len(order), _SWEEP_BLOCK):
+        part = slice(block, block + _SWEEP_BLOCK)
+        out: list[int] = []
+        for item, start, stop, thread in zip(
+            order[part].tolist(), starts[part].tolist(), ends[part].tolist(), tracks[part].tolist(), strict=True
+        ):
+            if thread != current_track:
+                current_track, stack_items, stack_ends = thread, [], []
+            while stack_ends and start >= stack_ends[-1]:
+                stack_items.pop()
+                stack_ends.pop()
+            if item >= node_count:  # a runtime call: enclosed by the open op if it ends inside it
+                out.append(stack_items[-1] if stack_ends and stop <= stack_ends[-1] else ROOT)
+            elif stack_ends and stop > stack_ends[-1]:  # starts inside the open op but ends after it
+                out.append(UNLINKED)
+                dropped += 1
+            else:
+                out.append(stack_items[-1] if stack_items else ROOT)
+                stack_items.append(item)
+                stack_ends.append(stop)
+        found[part] = out
+    result = np.empty(len(order), dtype=np.int64)
+    result[order] = found
+    return result[:node_count], dropped, result[node_count:]
