@@ -20,8 +20,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ServerUrl(str):
+    """The server's base URL; ``.process`` is the server process."""
+
+    process: subprocess.Popen
+
+
 @contextmanager
-def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int = 2) -> Iterator[str]:
+def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int = 2) -> Iterator[ServerUrl]:
     port = free_port()
     command = [
         sys.executable,
@@ -42,7 +48,8 @@ def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int
     log_path = cache_dir.parent / f"server-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-        base = f"http://127.0.0.1:{port}"
+        base = ServerUrl(f"http://127.0.0.1:{port}")
+        base.process = process
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -74,3 +81,24 @@ def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):  # type: 
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+def children_of(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

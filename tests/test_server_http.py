@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import signal
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,7 @@ from conftest import corpus_file
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import build_overview
 from profscope.ingest.kineto import parse_trace_file
-from serving import running_server, wait_for
+from serving import alive, children_of, running_server, wait_for
 
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
@@ -181,3 +182,22 @@ def test_a_restarted_server_reuses_the_cache(tmp_path: Path) -> None:
         assert runs["r"]["state"] == "ready"
         assert httpx.get(f"{base}/api/overview", params={"run": "r"}).status_code == 200
     assert sorted(p.name for p in (cache / "traces").iterdir()) == cached
+
+
+def test_worker_processes_exit_with_a_killed_server(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copy(corpus_file(TINYGPT), root / Path(TINYGPT).name)
+    with running_server([root], tmp_path / "cache", workers=2) as base:
+        wait_for(lambda: _ready(base))
+        workers = wait_for(lambda: [p for p in children_of(base.process.pid) if "spawn_main" in _cmdline(p)])
+        base.process.send_signal(signal.SIGKILL)  # no shutdown hook runs
+        base.process.wait()
+        wait_for(lambda: not any(alive(p) for p in workers), timeout=10)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""

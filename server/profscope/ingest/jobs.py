@@ -67,6 +67,14 @@ class IngestState:
 def _init_worker(queue: Any) -> None:
     global _progress_queue
     _progress_queue = queue
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker whose server died (even by SIGKILL) must not linger: its queues never close."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
@@ -196,7 +204,7 @@ class IngestManager:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(pool)
         self._progress.put(None)
 
     def busy(self) -> int:
@@ -240,7 +248,7 @@ class IngestManager:
         pool, self._pool = self._pool, None
         self.counters["pool_restarts"] += 1
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(pool)
 
     def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
         with self._lock:
@@ -290,5 +298,10 @@ class IngestManager:
                     state.bytes_done = bytes_done
 
 
-def worker_count_default() -> int:
-    return max(1, min(4, os.cpu_count() or 2))
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now, including workers in the middle of a parse (shutdown alone waits for them)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
