@@ -51,37 +51,81 @@ class CallTree:
 def build_call_tree(tables: TraceTables) -> CallTree:
     events = tables.events
     kind = np.asarray(events["kind"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
-    name = np.asarray(events["name"])
-    track = np.asarray(events["track"])
-    external_id = np.asarray(events["external_id"])
-    correlation = np.asarray(events["correlation"])
-
     host_rows = np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
-    host_rows = host_rows[np.argsort(track[host_rows], kind="stable")]  # by thread, then (ts, -dur)
+    host_rows = host_rows[np.argsort(np.asarray(events["track"])[host_rows], kind="stable")]  # by thread, (ts, -dur)
     runtime_rows = np.flatnonzero(np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)))
-    parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, track, ts, end)
-
-    # ---- merge single same-name children into their parent ---------------------------------
-    kept_nodes = parent != UNLINKED
-    child_count = np.bincount(parent[parent >= 0], minlength=len(host_rows))
+    parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, events)
     is_cpu_op = kind[host_rows] == Kind.CPU_OP
+    alias = _merge_single_same_name_children(parent, is_cpu_op, np.asarray(events["name"])[host_rows])
+    live = (parent != UNLINKED) & (alias == np.arange(len(host_rows)))
+    node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
+    runtime_node = _runtime_owners(events, host_rows, parent != UNLINKED, alias, runtime_rows, runtime_enclosing)
+    del runtime_enclosing
+    device_rows, device_runtime, device_node = _device_launches(events, runtime_rows, runtime_node)
+    sums = _node_sums(
+        tables, host_rows, live, node_parent, is_cpu_op, runtime_rows, runtime_node, device_rows, device_node
+    )
+
+    excluded = rules.string_mask(
+        tables.strings,
+        lambda s: (
+            s in rules.EXCLUDED_OPERATOR_NAMES
+            or rules.is_optimizer(s)
+            or rules.is_profiler_step(s)
+            or rules.is_dataloader(s)
+        ),
+    )
+    is_operator = live & is_cpu_op & ~excluded[np.asarray(events["name"])[host_rows]]
+    keep = np.flatnonzero(live)
+    renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
+    renumber[keep] = np.arange(len(keep))
+
+    def remap(nodes: np.ndarray) -> np.ndarray:
+        return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
+
+    return CallTree(
+        node_event=host_rows[keep],
+        parent=remap(node_parent[keep]),
+        host_total_ns=sums["host_total"][keep],
+        host_self_ns=sums["host_self"][keep],
+        device_self_ns=sums["device_self"][keep],
+        device_total_ns=sums["device_total"][keep],
+        tc_self_ns=sums["tc_self"][keep],
+        tc_total_ns=sums["tc_total"][keep],
+        tc_eligible=sums["tc_eligible"][keep],
+        is_operator=is_operator[keep],
+        device_rows=device_rows,
+        device_node=remap(device_node),
+        device_runtime=device_runtime,
+        dropped=dropped,
+    )
+
+
+def _merge_single_same_name_children(parent: np.ndarray, is_cpu_op: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """``alias[node]``: the node it merges into (itself when it stays)."""
+    child_count = np.bincount(parent[parent >= 0], minlength=len(parent))
     has_parent = np.flatnonzero(parent >= 0)
     single = has_parent[child_count[parent[has_parent]] == 1]  # the only child of its parent
-    node_names = name[host_rows]
-    merges = single[is_cpu_op[single] & is_cpu_op[parent[single]] & (node_names[single] == node_names[parent[single]])]
-    alias = np.arange(len(host_rows))
+    merges = single[is_cpu_op[single] & is_cpu_op[parent[single]] & (names[single] == names[parent[single]])]
+    alias = np.arange(len(parent))
     alias[merges] = parent[merges]
     while True:  # a chain of same-name single children collapses into its top (pointer jumping)
         jumped = alias[alias]
         if np.array_equal(jumped, alias):
-            break
+            return alias
         alias = jumped
-    merged_away = alias != np.arange(len(host_rows))
-    node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
 
-    # ---- launches: runtime -> op, device -> runtime ----------------------------------------------
+
+def _runtime_owners(
+    events: dict[str, np.ndarray],
+    host_rows: np.ndarray,
+    kept_nodes: np.ndarray,
+    alias: np.ndarray,
+    runtime_rows: np.ndarray,
+    runtime_enclosing: np.ndarray,
+) -> np.ndarray:
+    """The node each runtime call belongs to: its External id's op if that op encloses it, else the innermost."""
+    external_id = np.asarray(events["external_id"])
     kept = np.flatnonzero(kept_nodes)
     kept_external = external_id[host_rows[kept]]
     owner_external, first = np.unique(kept_external, return_index=True)  # the first op (thread order) owns an id
@@ -90,49 +134,64 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     by_external[(runtime_external == 0) | (runtime_external == NO_ID)] = UNLINKED
     consistent = np.zeros(len(runtime_rows), dtype=bool)
     if len(host_rows):
-        candidate_rows = host_rows[np.maximum(by_external, 0)]
+        track, ts, dur = (np.asarray(events[c]) for c in ("track", "ts_ns", "dur_ns"))
+        candidate = host_rows[np.maximum(by_external, 0)]
         consistent = (
             (by_external >= 0)
-            & (track[candidate_rows] == track[runtime_rows])
-            & (ts[candidate_rows] <= ts[runtime_rows])
-            & (end[runtime_rows] <= end[candidate_rows])
+            & (track[candidate] == track[runtime_rows])
+            & (ts[candidate] <= ts[runtime_rows])
+            & (ts[runtime_rows] + dur[runtime_rows] <= ts[candidate] + dur[candidate])
         )
-    enclosing = lookup(alias, runtime_enclosing, ROOT)
-    runtime_node = np.where(consistent, by_external, enclosing)
+    return np.where(consistent, by_external, lookup(alias, runtime_enclosing, ROOT))
 
-    # a device event belongs to the runtime call with its correlation id (the last one, if repeated)
+
+def _device_launches(
+    events: dict[str, np.ndarray], runtime_rows: np.ndarray, runtime_node: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Device rows, the runtime call that launched each (same correlation; the last if repeated), its node."""
+    kind, correlation = np.asarray(events["kind"]), np.asarray(events["correlation"])
     runtime_correlation = correlation[runtime_rows]
     order = np.argsort(runtime_correlation, kind="stable")
     sorted_correlation = runtime_correlation[order]
     last_of_value = np.append(sorted_correlation[1:] != sorted_correlation[:-1], True)[: len(sorted_correlation)]
-    correlation_keys = sorted_correlation[last_of_value]
-    runtime_position = order[last_of_value]
     device_rows = np.flatnonzero(np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
     device_correlation = correlation[device_rows]
-    position = match_keys(correlation_keys, runtime_position, device_correlation, NO_ID)
+    position = match_keys(sorted_correlation[last_of_value], order[last_of_value], device_correlation, NO_ID)
     position[device_correlation == NO_ID] = NO_ID
-    device_runtime = lookup(runtime_rows, position, NO_ID)
-    device_node = lookup(runtime_node, position, ROOT)
-    device_dur = np.asarray(events["dur_ns"])[device_rows]
-    is_tc_kernel = (kind[device_rows] == Kind.KERNEL) & rules.string_mask(tables.strings, rules.uses_tensor_cores)[
-        name[device_rows]
-    ]
+    return device_rows, lookup(runtime_rows, position, NO_ID), lookup(runtime_node, position, ROOT)
 
-    # ---- per-node sums, bottom-up -----------------------------------------------------------------
+
+def _node_sums(
+    tables: TraceTables,
+    host_rows: np.ndarray,
+    live: np.ndarray,
+    node_parent: np.ndarray,
+    is_cpu_op: np.ndarray,
+    runtime_rows: np.ndarray,
+    runtime_node: np.ndarray,
+    device_rows: np.ndarray,
+    device_node: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Host self/total, device self/total and tensor-core time per node, summed bottom-up."""
+    events = tables.events
+    name, dur = np.asarray(events["name"]), np.asarray(events["dur_ns"])
     count = len(host_rows)
-    host_total = end[host_rows] - ts[host_rows]
+    host_total = dur[host_rows]
+    device_dur = dur[device_rows]
+    is_tc_kernel = (np.asarray(events["kind"])[device_rows] == Kind.KERNEL) & rules.string_mask(
+        tables.strings, rules.uses_tensor_cores
+    )[name[device_rows]]
     launched = device_node >= 0
-    device_self = np.bincount(device_node[launched], weights=device_dur[launched], minlength=count)
-    tc_self = np.bincount(device_node[launched], weights=device_dur[launched] * is_tc_kernel[launched], minlength=count)
-    attached_runtimes = runtime_node >= 0
-    runtime_dur = np.asarray(events["dur_ns"])[runtime_rows]
-    runtime_time = np.bincount(runtime_node[attached_runtimes], weights=runtime_dur[attached_runtimes], minlength=count)
 
-    live = kept_nodes & ~merged_away
+    def per_node(nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        return np.bincount(nodes, weights=weights, minlength=count).astype(np.int64)
+
+    device_self = per_node(device_node[launched], device_dur[launched])
+    tc_self = per_node(device_node[launched], device_dur[launched] * is_tc_kernel[launched])
+    attached = runtime_node >= 0
+    runtime_time = per_node(runtime_node[attached], dur[runtime_rows][attached])
     has_live_parent = live & (node_parent >= 0)
-    children_time = np.bincount(node_parent[has_live_parent], weights=host_total[has_live_parent], minlength=count)
-    host_self = host_total - children_time - runtime_time
-
+    children_time = per_node(node_parent[has_live_parent], host_total[has_live_parent])
     eligible_names = rules.string_mask(tables.strings, lambda s: s in rules.TENSOR_CORE_ELIGIBLE_OPS)
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
@@ -144,43 +203,16 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         parents = tree_parent[nodes]
         np.add.at(device_total, parents, device_total[nodes])
         np.add.at(tc_total, parents, tc_total[nodes])
-        eligible_parents = parents[tc_eligible[nodes] & is_cpu_op[parents]]
-        tc_eligible[eligible_parents] = True
-
-    excluded = rules.string_mask(
-        tables.strings,
-        lambda s: (
-            s in rules.EXCLUDED_OPERATOR_NAMES
-            or rules.is_optimizer(s)
-            or rules.is_profiler_step(s)
-            or rules.is_dataloader(s)
-        ),
-    )
-    is_operator = live & is_cpu_op & ~excluded[node_names]
-
-    keep = np.flatnonzero(live)
-    renumber = np.full(count, UNLINKED, dtype=np.int64)
-    renumber[keep] = np.arange(len(keep))
-
-    def remap(nodes: np.ndarray) -> np.ndarray:
-        return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
-
-    return CallTree(
-        node_event=host_rows[keep],
-        parent=remap(node_parent[keep]),
-        host_total_ns=host_total[keep],
-        host_self_ns=host_self[keep].astype(np.int64),
-        device_self_ns=device_self[keep].astype(np.int64),
-        device_total_ns=device_total[keep].astype(np.int64),
-        tc_self_ns=tc_self[keep].astype(np.int64),
-        tc_total_ns=tc_total[keep].astype(np.int64),
-        tc_eligible=tc_eligible[keep],
-        is_operator=is_operator[keep],
-        device_rows=device_rows,
-        device_node=remap(device_node),
-        device_runtime=device_runtime,
-        dropped=dropped,
-    )
+        tc_eligible[parents[tc_eligible[nodes] & is_cpu_op[parents]]] = True
+    return {
+        "host_total": host_total,
+        "host_self": host_total - children_time - runtime_time,
+        "device_self": device_self,
+        "device_total": device_total,
+        "tc_self": tc_self,
+        "tc_total": tc_total,
+        "tc_eligible": tc_eligible,
+    }
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -196,7 +228,7 @@ def _depths(parent: np.ndarray) -> np.ndarray:
 
 
 def _nest(
-    rows: np.ndarray, runtime_rows: np.ndarray, track: np.ndarray, ts: np.ndarray, end: np.ndarray
+    rows: np.ndarray, runtime_rows: np.ndarray, events: dict[str, np.ndarray]
 ) -> tuple[np.ndarray, int, np.ndarray]:
     """Parent node of each host row, and the innermost enclosing node of each runtime row.
 
@@ -206,9 +238,12 @@ def _nest(
     """
     node_count = len(rows)
     all_rows = np.concatenate([rows, runtime_rows])
-    durations = end[all_rows] - ts[all_rows]
-    order = np.lexsort((np.arange(len(all_rows)), -durations, ts[all_rows], track[all_rows]))
-    starts, ends, tracks = ts[all_rows][order], end[all_rows][order], track[all_rows][order]
+    starts = np.asarray(events["ts_ns"])[all_rows]
+    durations = np.asarray(events["dur_ns"])[all_rows]
+    tracks = np.asarray(events["track"])[all_rows]
+    order = np.lexsort((np.arange(len(all_rows)), -durations, starts, tracks))
+    starts, ends, tracks = starts[order], (starts + durations)[order], tracks[order]
+    del durations, all_rows
     found = np.empty(len(order), dtype=np.int64)
     stack_items: list[int] = []
     stack_ends: list[int] = []
