@@ -138,8 +138,9 @@ def serve(args: argparse.Namespace) -> int:
 def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
-    from profscope.ingest.jobs import IngestRequest, run_ingest
+    from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
 
+    map_large_arrays_directly()  # as the worker processes do
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
     failures = 0
     for path in args.files:

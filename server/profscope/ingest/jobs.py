@@ -68,6 +68,7 @@ class IngestState:
 def _init_worker(queue: Any) -> None:
     global _progress_queue
     _progress_queue = queue
+    map_large_arrays_directly()
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
 
 
@@ -136,17 +137,32 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     return summary
 
 
-def release_freed_memory() -> None:
-    """Return freed heap pages to the OS (glibc keeps them otherwise), keeping peak memory down."""
+def _libc() -> Any:
     import ctypes
     import ctypes.util
+
+    library = ctypes.util.find_library("c")
+    return ctypes.CDLL(library) if library else None
+
+
+def release_freed_memory() -> None:
+    """Return freed heap pages to the OS (glibc keeps them otherwise), keeping peak memory down."""
     import gc
 
     gc.collect()
-    library = ctypes.util.find_library("c")
-    if library:
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-            ctypes.CDLL(library).malloc_trim(0)
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        _libc().malloc_trim(0)
+
+
+def map_large_arrays_directly() -> None:
+    """Make glibc serve every allocation over 1 MiB (numpy columns) with its own mmap, returned on free.
+
+    By default glibc raises that threshold after large frees, so later arrays come from the heap and
+    a parse's temporaries stay resident: peak memory then grows with every analysis step.
+    """
+    m_mmap_threshold = -3
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().mallopt(m_mmap_threshold, 1 << 20)
 
 
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:
