@@ -2,22 +2,83 @@
 
 from __future__ import annotations
 
-import os
+import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def get_json(url: str) -> tuple[int, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen
+    log: Path
+    roots: list[Path] = field(default_factory=list)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"profscope exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                if get_json(f"{self.url}/readyz")[0] == 200:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"profscope did not become ready in {timeout_s}s:\n{self.log.read_text()[-3000:]}")
+
+    def wait_parsed(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            _, body = get_json(f"{self.url}/api/runs")
+            if not any(run["state"] == "parsing" for run in body["runs"]):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"traces still parsing after {timeout_s}s")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str) -> Server:
+    command = [sys.executable, "-m", "profscope.cli", "serve", *map(str, roots), "--port", str(free_port()),
+               "--cache-dir", str(cache_dir), "--log-level", "warning", *extra]  # fmt: skip
+    port = command[command.index("--port") + 1]
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log, roots=roots)
+    try:
+        server.wait_ready()
+    except RuntimeError:
+        server.stop()
+        raise
+    return server
 
 
 class ServerUrl(str):
@@ -28,48 +89,15 @@ class ServerUrl(str):
 
 @contextmanager
 def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int = 2) -> Iterator[ServerUrl]:
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "profscope.cli",
-        "serve",
-        *map(str, roots),
-        "--port",
-        str(port),
-        "--cache-dir",
-        str(cache_dir),
-        "--workers",
-        str(workers),
-        "--log-level",
-        "warning",
-        *extra,
-    ]
-    log_path = cache_dir.parent / f"server-{port}.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-        base = ServerUrl(f"http://127.0.0.1:{port}")
-        base.process = process
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"server exited: {log_path.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not get ready: {log_path.read_text()[-3000:]}")
-                time.sleep(0.1)
-            yield base
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = cache_dir.parent / f"server-{cache_dir.name}-{time.monotonic_ns()}.log"
+    server = start_server(roots, cache_dir, log, "--workers", str(workers), *extra)
+    base = ServerUrl(server.url)
+    base.process = server.process
+    try:
+        yield base
+    finally:
+        server.stop()
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from conftest import corpus_file
+from serving import Server, get_json, start_server
 
-CORPUS = Path(
-    os.environ.get("PROFSCOPE_CORPUS", Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus")
-).resolve()
+__all__ = ["Server", "corpus_path", "get_json", "start_server"]
+
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = os.environ.get("PROFSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -46,89 +38,7 @@ SOURCE_TARGET_LINE = 67
 
 
 def corpus_path(relative: str) -> Path:
-    path = CORPUS / relative
-    if not path.exists():
-        pytest.fail(f"{path} is missing: set PROFSCOPE_CORPUS to the shared trace corpus")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get_json(url: str) -> tuple[int, object]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null")
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen
-    log: Path
-    roots: list[Path] = field(default_factory=list)
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"profscope exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if get_json(f"{self.url}/readyz")[0] == 200:
-                    return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"profscope did not become ready in {timeout_s}s:\n{self.log.read_text()[-3000:]}")
-
-    def wait_parsed(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            _, body = get_json(f"{self.url}/api/runs")
-            if not any(run["state"] == "parsing" for run in body["runs"]):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"traces still parsing after {timeout_s}s")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str) -> Server:
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "profscope.cli",
-        "serve",
-        *map(str, roots),
-        "--port",
-        str(port),
-        "--cache-dir",
-        str(cache_dir),
-        "--log-level",
-        "warning",
-        *extra,
-    ]
-    handle = log.open("w")
-    process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
-    server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log, roots=roots)
-    try:
-        server.wait_ready()
-    except RuntimeError:
-        server.stop()
-        raise
-    return server
+    return corpus_file(relative)
 
 
 def watch_page(target, errors: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -25,38 +26,57 @@ def _ident(trace: TraceFile) -> dict[str, str]:
     return {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
 
 
-@router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
-def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    data, pending = payload_or_status(get_state(request), trace, "overview")
+def _view(request: Request, trace: TraceFile, payload: str, shape: Callable[[Any], dict[str, Any]]) -> Response:
+    """The cached payload of ``trace`` passed through ``shape``, or the 202 / 422 status while there is none."""
+    data, pending = payload_or_status(get_state(request), trace, payload)
     if pending is not None:
         return pending
-    return json_response({**_ident(trace), **orjson.loads(data)})
+    return json_response({**_ident(trace), **shape(orjson.loads(data))})
 
 
-def _filtered(body: dict, search: str, sort: str | None, top: int | None) -> dict:
-    """The payload with its rows searched, sorted and cut; counts before (total) and after search."""
-    rows = body.get("rows", [])
-    matched = _filter_rows(rows, search, sort, None)
-    return {**body, "rows": matched[:top] if top else matched, "total_rows": len(rows), "matched_rows": len(matched)}
+@router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
+def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
+    return _view(request, trace, "overview", lambda body: body)
 
 
-def _filter_rows(rows: list[dict], search: str, sort: str | None, top: int | None) -> list[dict]:
-    if search:
-        needle = search.lower()
-        rows = [
-            r
-            for r in rows
-            if needle in str(r.get("name", "")).lower() or needle in str(r.get("operator") or "").lower()
-        ]
-    if sort:
-        column, descending = sort.lstrip("-"), sort.startswith("-")
-        if rows and column in rows[0]:
-            present = [r for r in rows if r.get(column) is not None]
-            absent = [r for r in rows if r.get(column) is None]
-            rows = sorted(present, key=lambda r: r[column], reverse=descending) + absent
-    if top is not None and top > 0:
-        rows = rows[:top]
-    return rows
+class TableQuery:
+    """search / sort / top, shared by the table views."""
+
+    def __init__(
+        self,
+        search: str = Query("", description="Keep rows whose name (or operator) contains this, case-insensitive"),
+        sort: str | None = Query(None, description="Column to sort by; prefix '-' for descending"),
+        top: int | None = Query(None, ge=1, description="Keep the first N rows"),
+    ) -> None:
+        self.search, self.sort, self.top = search, sort, top
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The payload with its rows searched, sorted and cut; counts before (total) and after search."""
+        rows = body.get("rows", [])
+        matched = _search(rows, self.search)
+        if self.sort:
+            matched = _sorted(matched, self.sort)
+        shown = matched[: self.top] if self.top else matched
+        return {**body, "rows": shown, "total_rows": len(rows), "matched_rows": len(matched)}
+
+
+def _search(rows: list[dict], search: str) -> list[dict]:
+    needle = search.lower()
+    if not needle:
+        return rows
+    return [
+        r for r in rows if needle in str(r.get("name", "")).lower() or needle in str(r.get("operator") or "").lower()
+    ]
+
+
+def _sorted(rows: list[dict], sort: str) -> list[dict]:
+    """Sort by a column; rows without a value go last whatever the direction."""
+    column, descending = sort.lstrip("-"), sort.startswith("-")
+    if not rows or column not in rows[0]:
+        return rows
+    present = [r for r in rows if r.get(column) is not None]
+    absent = [r for r in rows if r.get(column) is None]
+    return sorted(present, key=lambda r: r[column], reverse=descending) + absent
 
 
 @router.get("/operators", responses=_STATUS_DOC, summary="Operators grouped by name or by name and input shape")
@@ -64,14 +84,9 @@ def operators(
     request: Request,
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
-    search: str = Query("", description="Keep rows whose name contains this (case-insensitive)"),
-    sort: str | None = Query(None, description="Column to sort by; prefix '-' for descending"),
-    top: int | None = Query(None, ge=1, description="Keep the first N rows"),
+    query: TableQuery = Depends(),
 ) -> Response:
-    data, pending = payload_or_status(get_state(request), trace, f"operators.{group_by}")
-    if pending is not None:
-        return pending
-    return json_response({**_ident(trace), **_filtered(orjson.loads(data), search, sort, top)})
+    return _view(request, trace, f"operators.{group_by}", query.apply)
 
 
 @router.get("/operators/stacks", responses=_STATUS_DOC, summary="Call stacks of one operator (group)")
@@ -81,17 +96,18 @@ def operator_stacks(
     name: str = Query(..., description="Operator name. Stack frames are listed innermost first."),
     input_shape: str | None = Query(None, description="Input shape, when grouped by shape"),
 ) -> Response:
-    group_by = "operator_input_shape" if input_shape is not None else "operator"
-    data, pending = payload_or_status(get_state(request), trace, f"operators.stacks.{group_by}")
-    if pending is not None:
-        return pending
-    key = name if input_shape is None else f"{name}\u0000{input_shape}"
-    stacks = orjson.loads(data).get(key, [])
     settings = get_state(request).settings
-    for stack in stacks:
-        for frame in stack["frames"]:
-            frame["links"] = frame_links(settings, frame)
-    return json_response({**_ident(trace), "name": name, "input_shape": input_shape, "stacks": stacks})
+    key = name if input_shape is None else f"{name}\u0000{input_shape}"
+
+    def shape(stacks_by_key: dict[str, Any]) -> dict[str, Any]:
+        stacks = stacks_by_key.get(key, [])
+        for stack in stacks:
+            for frame in stack["frames"]:
+                frame["links"] = frame_links(settings, frame)
+        return {"name": name, "input_shape": input_shape, "stacks": stacks}
+
+    group_by = "operator_input_shape" if input_shape is not None else "operator"
+    return _view(request, trace, f"operators.stacks.{group_by}", shape)
 
 
 @router.get("/kernels", responses=_STATUS_DOC, summary="Kernels grouped by name, or by launch properties and op")
@@ -99,11 +115,6 @@ def kernels(
     request: Request,
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["kernel", "kernel_op"] = "kernel",
-    search: str = Query("", description="Keep rows whose kernel or operator name contains this"),
-    sort: str | None = Query(None, description="Column to sort by; prefix '-' for descending"),
-    top: int | None = Query(None, ge=1, description="Keep the first N rows"),
+    query: TableQuery = Depends(),
 ) -> Response:
-    data, pending = payload_or_status(get_state(request), trace, f"kernels.{group_by}")
-    if pending is not None:
-        return pending
-    return json_response({**_ident(trace), **_filtered(orjson.loads(data), search, sort, top)})
+    return _view(request, trace, f"kernels.{group_by}", query.apply)
