@@ -38,3 +38,18 @@ export function bindTop(current, onChange) {
   select.value = String(current);
   select.addEventListener("change", () => onChange(parseTop(select.value)));
 }
+
+// Search filters the rows (and the pies); top-N changes only the pies. Both live in the URL.
+export function bindSearchAndTop(state, updateUrl, { renderPies, renderRows }) {
+  bindSearch(state.search, (value) => {
+    state.search = value;
+    updateUrl({ search: value });
+    renderPies();
+    renderRows();
+  });
+  bindTop(state.top, (value) => {
+    state.top = value;
+    updateUrl({ top: value });
+    renderPies();
+  });
+}

@@ -2,7 +2,7 @@
 
 import { isAbort, loadView } from "../api.js";
 import { renderPie, topSlices } from "../charts.js";
-import { bindGroupBy, bindSearch, bindTop, parseTop } from "../controls.js";
+import { bindGroupBy, bindSearchAndTop, parseTop } from "../controls.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBool, fmtInt, fmtPct, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -265,17 +265,7 @@ async function main() {
     updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort });
     load();
   });
-  bindSearch(state.search, (value) => {
-    state.search = value;
-    updateUrl({ search: value });
-    renderPies();
-    renderRows();
-  });
-  bindTop(state.top, (value) => {
-    state.top = value;
-    updateUrl({ top: value });
-    renderPies();
-  });
+  bindSearchAndTop(state, updateUrl, { renderPies, renderRows });
   await load();
 }
 
