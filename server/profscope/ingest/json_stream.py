@@ -68,9 +68,10 @@ def open_decompressed(raw: IO[bytes]) -> IO[bytes]:
     if magic != b"\x1f\x8b":
         return buffered
     try:
-        from isal import igzip  # ISA-L inflate: 2-3x faster than zlib on these files
+        from isal import igzip_threaded  # ISA-L inflate: 2-3x faster than zlib on these files
 
-        return igzip.IGzipFile(fileobj=buffered, mode="rb")
+        # a reader thread inflates (outside the GIL) while the parser works on the previous piece
+        return igzip_threaded.open(buffered, "rb", threads=1)
     except ImportError:  # pragma: no cover - isal is a declared dependency
         return gzip.GzipFile(fileobj=buffered, mode="rb")
 
