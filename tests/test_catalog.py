@@ -73,3 +73,13 @@ def test_several_roots_get_prefixed_run_names_and_duplicates_stay_apart() -> Non
     )
     assert set(runs) == {"a", "b/x"}
     assert sorted(runs["a"].workers()["t"]) == ["default", "default~t.json.gz"]
+
+
+def test_local_listing_skips_hidden_folders_and_the_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from profscope.sources.local import LocalSource
+
+    for relative in ("run/w.1.pt.trace.json", ".git/x.json", "cache/traces/k/views/overview.json"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("{}")
+    keys = [o.key for o in LocalSource(tmp_path, exclude=[tmp_path / "cache"]).list()]
+    assert keys == ["run/w.1.pt.trace.json"]

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from profscope.cache import TraceCache
@@ -37,7 +37,8 @@ class Profscope:
         for uri in settings.roots:
             label = PurePosixPath(uri.rstrip("/")).name or uri
             try:
-                self.roots.append(RootStatus(uri=uri, label=label, source=open_source(uri)))
+                source = open_source(uri, exclude=[Path(settings.cache_dir)])
+                self.roots.append(RootStatus(uri=uri, label=label, source=source))
             except SourceError as exc:
                 self.roots.append(RootStatus(uri=uri, label=label, source=None, error=str(exc)))
         self._runs: dict[str, Run] = {}

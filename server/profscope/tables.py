@@ -134,6 +134,19 @@ SCHEMA: dict[str, dict[str, str]] = {
 
 FLOW_PHASES = {"s": 0, "t": 1, "f": 2}
 
+# Columns holding string ids, track ids and event row numbers (what must be renumbered when two
+# partial tables are merged).
+STRING_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": ("name", "cat"),
+    "ops": ("input_dims", "input_types", "call_stack"),
+    "collectives": ("collective_name", "dtype", "pg_name", "pg_desc", "pg_ranks"),
+    "flows": ("cat",),
+    "counters": ("name", "series"),
+    "instants": ("name", "cat"),
+}
+TRACK_TABLES = ("events", "memory", "flows", "counters", "instants")
+EVENT_ROW_TABLES = ("kernels", "ops", "python", "collectives")
+
 
 class StringTable:
     """Interns strings to dense int32 ids; id -1 is the absent string."""

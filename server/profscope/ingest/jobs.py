@@ -126,6 +126,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "kernels": int(tables.row_count("kernels")),
         "memory_events": int(tables.row_count("memory")),
         "warnings": tables.meta.get("warnings", []),
+        "pieces": tables.meta.get("pieces"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,

@@ -21,7 +21,18 @@ import msgspec
 import numpy as np
 
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
-from profscope.tables import FLOW_PHASES, NO_ID, SCHEMA, Kind, StringTable, TraceTables, Track
+from profscope.tables import (
+    EVENT_ROW_TABLES,
+    FLOW_PHASES,
+    NO_ID,
+    SCHEMA,
+    STRING_COLUMNS,
+    TRACK_TABLES,
+    Kind,
+    StringTable,
+    TraceTables,
+    Track,
+)
 
 PARSER_VERSION = 1
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
@@ -126,6 +137,8 @@ _INSTANT_PHASES = frozenset(("i", "I", "R", "n"))
 _DEVICE_KINDS = frozenset((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
 _HOST_KINDS = frozenset((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
 _SKIPPED_TS = "events without a usable 'ts' were skipped"
+_UNMATCHED_BEGIN = "'B' events without a matching 'E' were skipped"
+_TIMED_SIDE_TABLES = ("memory", "flows", "counters", "instants")  # sorted by time, then file order
 _ZEROED_DUR = "negative, huge or missing durations were set to 0"
 
 
@@ -269,6 +282,9 @@ class TableBuilder:
         self._rows = 0
         self._x_ts: list[np.ndarray] = []
         self._x_dur: list[np.ndarray] = []
+        self._x_order: list[np.ndarray] = []  # file order, to break ties when sorting by time
+        self._side_order: dict[str, list[np.ndarray]] = {name: [] for name in _TIMED_SIDE_TABLES}
+        self._piece = self._piece_rows = 0
         self._times: dict[str, list[float]] = {"memory": [], "flows": [], "counters": [], "instants": []}
         self._time_chunks: dict[str, list[np.ndarray]] = {name: [] for name in self._times}
         self._open_begins: dict[int, list[tuple[float, Event]]] = {}
@@ -323,8 +339,13 @@ class TableBuilder:
             self._category_kind[category_id] = kind
         return kind
 
-    def add(self, events: list[Event]) -> None:
-        """Add one decoded piece. Work is done per column over the piece, not per event."""
+    def add(self, events: list[Event], piece: int = 0) -> None:
+        """Add one decoded piece. Work is done per column over the piece, not per event.
+
+        ``piece`` is the piece's position in the file: with the position inside it, it orders events
+        that start at the same time and last as long, whichever process decoded them.
+        """
+        self._piece, self._piece_rows = piece, 0
         self.event_count += len(events)
         complete = [e for e in events if e.ph == "X"]
         if len(complete) != len(events):
@@ -343,6 +364,13 @@ class TableBuilder:
         self._flush()
 
     def _flush(self) -> None:
+        for table_name in _TIMED_SIDE_TABLES:
+            added = len(self._times[table_name])
+            if added:
+                self._side_order[table_name].append(
+                    (self._piece << 32) + (1 << 31) + self._piece_rows + np.arange(added, dtype=np.int64)
+                )
+                self._piece_rows += added
         for table_name, layout in SCHEMA.items():
             for column, values in self.lists[table_name].items():
                 if values:
@@ -363,6 +391,8 @@ class TableBuilder:
         self._rows += len(events)
         self._x_ts.append(ts)
         self._x_dur.append(dur)
+        self._x_order.append((self._piece << 32) + self._piece_rows + np.arange(len(events), dtype=np.int64))
+        self._piece_rows += len(events)
         columns = self.lists["events"]
         name_ids = self.intern_all([e.name for e in events])
         category_ids = self.intern_all([e.cat for e in events])
@@ -590,12 +620,72 @@ class TableBuilder:
                 counters["name"].append(name)
                 counters["series"].append(self.strings.intern(_as_str(series)))
                 counters["value"].append(number)
+        self._flush()
+
+    # ---- two builders, one trace ------------------------------------------------------------
+    def partial(self) -> dict[str, Any]:
+        """Everything this builder gathered, unfinished, to be merged into another (picklable)."""
+        self._flush()
+        return {
+            "chunks": self._chunks,
+            "x_ts": self._x_ts,
+            "x_dur": self._x_dur,
+            "x_order": self._x_order,
+            "side_order": self._side_order,
+            "time_chunks": self._time_chunks,
+            "rows": self._rows,
+            "strings": self.strings.strings,
+            "tracks": self.tracks,
+            "process_meta": getattr(self, "_process_meta", {}),
+            "warnings": self.warnings,
+            "event_count": self.event_count,
+            "non_event_items": self.non_event_items,
+            "open_begins": sum(len(stack) for stack in self._open_begins.values()),
+        }
+
+    def merge(self, part: dict[str, Any]) -> None:
+        """Append another builder's rows after this one's, renumbering its strings, tracks and rows."""
+        self._flush()
+        string_map = np.asarray(self.intern_all(part["strings"]), dtype=np.int64)
+        track_map = np.asarray([self.track(t.pid, t.tid) for t in part["tracks"]], dtype=np.int64)
+        for theirs, ours in zip(part["tracks"], track_map.tolist(), strict=True):
+            track = self.tracks[ours]
+            track.thread_name = track.thread_name or theirs.thread_name
+            if track.thread_sort_index is None:
+                track.thread_sort_index = theirs.thread_sort_index
+        for pid, values in part["process_meta"].items():
+            self._apply_to_process(pid, **values)
+        row_offset = self._rows
+        for table_name, columns in part["chunks"].items():
+            for column, chunks in columns.items():
+                for chunk in chunks:
+                    if column in STRING_COLUMNS.get(table_name, ()):
+                        chunk = np.where(chunk >= 0, string_map[np.maximum(chunk, 0)], chunk)
+                    elif column == "track" and table_name in TRACK_TABLES:
+                        chunk = track_map[chunk]
+                    elif column == "event" and table_name in EVENT_ROW_TABLES:
+                        chunk = chunk + row_offset
+                    self._chunks[table_name][column].append(chunk.astype(SCHEMA[table_name][column], copy=False))
+        self._x_ts.extend(part["x_ts"])
+        self._x_dur.extend(part["x_dur"])
+        self._x_order.extend(part["x_order"])
+        for table_name, chunks in part["side_order"].items():
+            self._side_order[table_name].extend(chunks)
+        for table_name, chunks in part["time_chunks"].items():
+            self._time_chunks[table_name].extend(chunks)
+        self._rows += part["rows"]
+        self.event_count += part["event_count"]
+        self.non_event_items += part["non_event_items"]
+        for message, count in part["warnings"].items():
+            self.warnings[message] = self.warnings.get(message, 0) + count
+        if part["open_begins"]:
+            self.warnings[_UNMATCHED_BEGIN] = self.warnings.get(_UNMATCHED_BEGIN, 0) + part["open_begins"]
 
     # ---- finishing -------------------------------------------------------------------------
     def finish(self, top_level: dict[str, Any]) -> TraceTables:
         for stack in self._open_begins.values():
             if stack:
-                self.warn("'B' events without a matching 'E' were skipped")
+                self.warn(_UNMATCHED_BEGIN)
         self._flush()
         x_ts = _concatenate(self._x_ts, "f8")
         times = {name: _concatenate(chunks, "f8") for name, chunks in self._time_chunks.items()}
@@ -618,7 +708,12 @@ class TableBuilder:
         events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
         for table_name, values in times.items():
             columns[table_name]["ts_ns"] = to_ns(values)
-        _sort_events(columns)
+        _sort_events(columns, _concatenate(self._x_order, "i8"))
+        for table_name in _TIMED_SIDE_TABLES:
+            table = columns[table_name]
+            order = np.lexsort((_concatenate(self._side_order[table_name], "i8"), table["ts_ns"]))
+            for column, values in table.items():
+                table[column] = values[order]
         for pid, values in getattr(self, "_process_meta", {}).items():
             for track in self.tracks:
                 if track.pid == pid:
@@ -652,10 +747,10 @@ def _string_flow_id(text: str) -> int:
         return hash(text) & 0x7FFFFFFFFFFFFFFF
 
 
-def _sort_events(columns: dict[str, dict[str, np.ndarray]]) -> None:
-    """Sort events by (start, longest first) and re-point the side tables at the new rows."""
+def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
+    """Sort events by (start, longest first, file order) and re-point the side tables at the new rows."""
     events = columns["events"]
-    order = np.lexsort((-events["dur_ns"], events["ts_ns"]))
+    order = np.lexsort((file_order, -events["dur_ns"], events["ts_ns"]))
     for column, values in events.items():
         events[column] = values[order]
     new_row = np.empty_like(order, dtype=np.int32)
@@ -698,28 +793,34 @@ def parse_trace(
     raw: IO[bytes],
     on_progress: Callable[[int], None] | None = None,
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
+    use_second_core: bool = True,
 ) -> TraceTables:
     """Parse a (possibly gzipped) Chrome trace stream into tables.
 
     ``on_progress`` receives the number of bytes read from ``raw`` so far (compressed bytes for a
-    gzip file), which is what a progress bar over the file size needs.
+    gzip file), which is what a progress bar over the file size needs. A big trace is decoded on two
+    cores: a second process builds the tables of every other piece, merged at the end.
     """
+    from profscope.ingest.second_core import PieceRouter
+
     counting = CountingReader(raw, on_progress)
     reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
     builder = TableBuilder()
+    router = PieceRouter(enabled=use_second_core)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        for piece, counters, not_events in reader.pieces(_decode_piece):
-            builder.add(piece)
-            builder.non_event_items += not_events
-            if counters:
-                builder.add_counters(counters)
+        for piece, decoded in reader.pieces(router.route):
+            if decoded is not None:
+                add_decoded(builder, decoded, piece)
+        for part in router.finish():
+            builder.merge(part)
     except TraceFormatError:
         raise
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"malformed JSON: {exc}") from exc
     finally:
+        router.close()
         if gc_was_enabled:
             gc.enable()
     if builder.event_count == 0 and builder.non_event_items:
@@ -731,10 +832,20 @@ def parse_trace(
         raise TraceFormatError("the trace has no events")
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
-    return builder.finish(reader.top_level)
+    tables = builder.finish(reader.top_level)
+    tables.meta["pieces"] = {"total": router.pieces, "decoded_by_second_process": router.sent}
+    return tables
 
 
-def _decode_piece(piece: bytes) -> tuple[list[Event], list[Any] | None, int]:
+def add_decoded(builder: TableBuilder, decoded: tuple[list[Event], list[Any] | None, int], piece: int) -> None:
+    events, counters, not_events = decoded
+    builder.add(events, piece)
+    builder.non_event_items += not_events
+    if counters:
+        builder.add_counters(counters)
+
+
+def decode_piece(piece: bytes) -> tuple[list[Event], list[Any] | None, int]:
     events, not_events = decode_events(piece)
     counters = None
     if b'"C"' in piece:

@@ -10,9 +10,12 @@ from profscope.sources.base import ObjectInfo, SourceError
 
 
 class LocalSource:
-    def __init__(self, root: str | Path) -> None:
+    """Lists every file under the root, except hidden folders (``.git``, ``.cache``) and ``exclude``."""
+
+    def __init__(self, root: str | Path, exclude: list[Path] | None = None) -> None:
         self.root = Path(root).expanduser().resolve()
         self.uri = str(self.root)
+        self.exclude = {Path(p).expanduser().resolve() for p in exclude or []}
         if not self.root.is_dir():
             raise SourceError(f"{self.root} is not a directory")
 
@@ -40,6 +43,8 @@ class LocalSource:
                 try:
                     if entry.is_dir():
                         real = path.resolve()
+                        if entry.name.startswith(".") or real in self.exclude:
+                            continue
                         if real not in seen_dirs:
                             seen_dirs.add(real)
                             pending.append(path)
