@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,17 +67,50 @@ def scaled_trace(family: str, size: str) -> Path:
     return path
 
 
+def _tree_rss_kb(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    total, pending = 0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        total += rss.get(pid, 0)
+        pending.extend(children.get(pid, []))
+    return total
+
+
 def timed(command: list[str]) -> dict:
-    """Run under /usr/bin/time -v; wall seconds and peak RSS in MB (largest process it waited for)."""
-    completed = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True)
-    report = completed.stderr
+    """Run under /usr/bin/time -v; wall seconds, peak RSS of the largest process (GNU time) and the
+    peak of all its processes together (sampled every 50 ms from /proc: helpers count too)."""
+    process = subprocess.Popen(
+        ["/usr/bin/time", "-v", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    tree_peak_kb = 0
+    while process.poll() is None:
+        tree_peak_kb = max(tree_peak_kb, _tree_rss_kb(process.pid))
+        time.sleep(0.05)
+    stdout, report = process.communicate()
+    completed = subprocess.CompletedProcess(command, process.returncode, stdout, report)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", report)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
     if completed.returncode != 0 or not wall or not rss:
         return {"error": (completed.stdout + report)[-2000:]}
     parts = [float(p) for p in wall.group(1).split(":")]
     seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
-    return {"wall_s": seconds, "peak_rss_mb": int(rss.group(1)) / 1024, "stdout": completed.stdout[-4000:]}
+    return {
+        "wall_s": seconds,
+        "peak_rss_mb": int(rss.group(1)) / 1024,
+        "peak_tree_rss_mb": tree_peak_kb / 1024,
+        "stdout": completed.stdout[-4000:],
+    }
 
 
 def tool_command(tool: str, trace: Path, cache_dir: Path) -> list[str]:
@@ -142,6 +176,7 @@ def main() -> int:
                     "runs": len(ok),
                     "wall_s": statistics.median(m["wall_s"] for m in ok) if ok else None,
                     "peak_rss_mb": statistics.median(m["peak_rss_mb"] for m in ok) if ok else None,
+                    "peak_tree_rss_mb": statistics.median(m["peak_tree_rss_mb"] for m in ok) if ok else None,
                     "error": None if ok else measured[-1]["error"],
                 }
                 rows.append(row)
