@@ -1,7 +1,8 @@
 // Sortable data tables with sticky headers, right-aligned numbers and optional expandable rows.
 
-import { clear, el } from "./dom.js";
+import { byId, clear, el } from "./dom.js";
 import { fmtInt } from "./format.js";
+import { emptyState } from "./status.js";
 
 const INITIAL_LIMIT = 1000;
 
@@ -139,4 +140,18 @@ export function flashRow(table, key) {
   row.classList.remove("flash");
   void row.offsetWidth;
   row.classList.add("flash");
+}
+
+// The table panel of the Operator and Kernel pages: the searched rows, sorted, with an
+// "n of m rows" count, or `emptyMessage` when none is left. Returns the table (null when empty).
+export function renderRowsPanel({ rows, totalRows, sort, emptyMessage, ...options }) {
+  const sorted = sortRows(rows, sort);
+  byId("row-count").textContent =
+    sorted.length === totalRows ? `${fmtInt(sorted.length)} rows` : `${fmtInt(sorted.length)} of ${fmtInt(totalRows)} rows`;
+  const target = byId("table");
+  if (!sorted.length) {
+    clear(target, emptyState(emptyMessage));
+    return null;
+  }
+  return renderTable(target, { rows: sorted, sort, ...options });
 }

@@ -7,7 +7,7 @@ import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBool, fmtDim, fmtFixed2, fmtInt, fmtPct, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { emptyState } from "../status.js";
-import { flashRow, renderTable, sortRows } from "../table.js";
+import { flashRow, renderRowsPanel, sortRows } from "../table.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
 
 const GROUPS = ["kernel", "kernel_op"];
@@ -128,30 +128,24 @@ function renderPies() {
 }
 
 function renderRows() {
-  const rows = sortRows(filteredRows(), effectiveSort());
-  byId("row-count").textContent =
-    rows.length === data.rows.length ? `${fmtInt(rows.length)} rows` : `${fmtInt(rows.length)} of ${fmtInt(data.rows.length)} rows`;
-  const target = byId("table");
-  if (!rows.length) {
-    table = null;
-    clear(target, emptyState(`No kernel matches \u201c${state.search}\u201d`));
-    return;
-  }
-  table = renderTable(target, {
-    columns: columns(state.groupBy),
-    rows,
+  table = renderRowsPanel({
+    rows: filteredRows(),
+    totalRows: data.rows.length,
     sort: effectiveSort(),
-    onSort: (next) => {
-      state.sort = next;
-      updateUrl({ sort: next });
-      updateJsonLink();
-      renderRows();
-    },
+    onSort: changeSort,
+    emptyMessage: `No kernel matches \u201c${state.search}\u201d`,
+    columns: columns(state.groupBy),
     rowKey,
     testid: "kernels-table",
     wide: state.groupBy === "kernel_op",
   });
   updateJsonLink();
+}
+
+function changeSort(next) {
+  state.sort = next;
+  updateUrl({ sort: next });
+  renderRows();
 }
 
 function renderNoKernels() {

@@ -6,8 +6,8 @@ import { bindGroupBy, bindSearchAndTop, parseTop } from "../controls.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBool, fmtInt, fmtPct, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
-import { emptyState, errorBox, loading } from "../status.js";
-import { flashRow, renderTable, sortRows } from "../table.js";
+import { errorBox, loading } from "../status.js";
+import { flashRow, renderRowsPanel } from "../table.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
 
 const GROUPS = ["operator", "operator_input_shape"];
@@ -207,25 +207,13 @@ function renderPies() {
 }
 
 function renderRows() {
-  const rows = sortRows(filteredRows(), effectiveSort());
-  byId("row-count").textContent =
-    rows.length === allRows.length ? `${fmtInt(rows.length)} rows` : `${fmtInt(rows.length)} of ${fmtInt(allRows.length)} rows`;
-  const target = byId("table");
-  if (!rows.length) {
-    table = null;
-    clear(target, emptyState(state.search ? `No operator matches \u201c${state.search}\u201d` : "This trace has no operators"));
-    return;
-  }
-  table = renderTable(target, {
-    columns: columns(byShape()),
-    rows,
+  table = renderRowsPanel({
+    rows: filteredRows(),
+    totalRows: allRows.length,
     sort: effectiveSort(),
-    onSort: (next) => {
-      state.sort = next;
-      updateUrl({ sort: next });
-      updateJsonLink();
-      renderRows();
-    },
+    onSort: changeSort,
+    emptyMessage: state.search ? `No operator matches \u201c${state.search}\u201d` : "This trace has no operators",
+    columns: columns(byShape()),
     rowKey,
     expandedKey: expandedKey(),
     onToggle: toggle,
@@ -233,6 +221,12 @@ function renderRows() {
     testid: "operators-table",
   });
   updateJsonLink();
+}
+
+function changeSort(next) {
+  state.sort = next;
+  updateUrl({ sort: next });
+  renderRows();
 }
 
 async function load() {
