@@ -7,7 +7,6 @@ reader (or a restarted server) never sees half a result.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -75,11 +74,3 @@ class TraceCache:
             return orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError):
             return None
-
-    def size_bytes(self) -> int:
-        total = 0
-        for dirpath, _, filenames in os.walk(self.root):
-            for name in filenames:
-                with contextlib.suppress(OSError):
-                    total += os.path.getsize(os.path.join(dirpath, name))
-        return total

@@ -243,7 +243,3 @@ class TraceTables:
         tracks = [Track(**t) for t in json.loads((directory / "tracks.json").read_text())]
         meta = json.loads((directory / "meta.json").read_text())
         return cls(columns=columns, strings=strings, tracks=tracks, meta=meta)
-
-
-def empty_columns(table_name: str) -> dict[str, np.ndarray]:
-    return {column: np.zeros(0, dtype=dtype) for column, dtype in SCHEMA[table_name].items()}

@@ -132,10 +132,3 @@ def uses_tensor_cores(kernel_name: str) -> bool:
 def string_mask(strings: StringTable, predicate) -> np.ndarray:
     """Boolean lookup table over string ids: ``mask[name_id]`` is ``predicate(name)``."""
     return np.fromiter((predicate(s) for s in strings.strings), dtype=bool, count=len(strings))
-
-
-def step_number(name: str) -> int | None:
-    try:
-        return int(name[len(PROFILER_STEP_PREFIX) :])
-    except ValueError:
-        return None
