@@ -7,11 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__
-from profscope.api import runs, source, views
+from profscope.api import runs, source, timeline, views
 from profscope.assets import plotly_js, web_dir
 from profscope.config import Settings
 from profscope.state import Profscope
@@ -44,6 +45,8 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
 
+    app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
+
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
         response = await call_next(request)
@@ -71,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(views.router)
     app.include_router(source.router)
+    app.include_router(timeline.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 
     from profscope import pages

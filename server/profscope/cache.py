@@ -38,6 +38,9 @@ class TraceCache:
     def tables_dir(self, cache_key: str) -> Path:
         return self.directory(cache_key) / "tables"
 
+    def timeline_dir(self, cache_key: str) -> Path:
+        return self.directory(cache_key) / "timeline"
+
     def view_path(self, cache_key: str, name: str) -> Path:
         return self.directory(cache_key) / "views" / f"{name}.json"
 

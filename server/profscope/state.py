@@ -146,4 +146,5 @@ class Profscope:
                 if summary.get("kernels"):
                     views.append("kernels")
                     break
+        views.append("trace")
         return views

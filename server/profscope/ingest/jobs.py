@@ -120,6 +120,9 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
             log.exception("view %s failed for %s", name, request.key)
             view_errors[name] = f"{type(exc).__name__}: {exc}"
             cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    mark = time.perf_counter()
+    _save_timeline_index(cache, request, tables, view_errors)
+    phase_s["timeline_index"] = time.perf_counter() - mark
     summary = {
         "key": request.key,
         "events": int(tables.row_count("events")),
@@ -136,6 +139,20 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     }
     cache.write_summary(request.cache_key, summary)
     return summary
+
+
+def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:
+    """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
+    from profscope.analysis.timeline_index import build_timeline_index
+
+    try:
+        index = build_timeline_index(tables)
+        index.save(cache.timeline_dir(request.cache_key))
+        cache.write_view(request.cache_key, "timeline", {"version": index.info["version"]})
+    except Exception as exc:  # the other views stay usable
+        log.exception("timeline index failed for %s", request.key)
+        view_errors["timeline"] = f"{type(exc).__name__}: {exc}"
+        cache.write_view(request.cache_key, "timeline", {"error": view_errors["timeline"]})
 
 
 def _libc() -> Any:

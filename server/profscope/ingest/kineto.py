@@ -34,7 +34,7 @@ from profscope.tables import (
     Track,
 )
 
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # bump when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
 
 Number = int | float | str | None

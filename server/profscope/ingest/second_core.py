@@ -10,6 +10,7 @@ the pieces irrelevant.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import traceback
@@ -127,11 +128,13 @@ def _decode_pieces(connection: Connection) -> None:
         while index := connection.recv_bytes():
             add_decoded(builder, decode_piece(connection.recv_bytes()), int.from_bytes(index, "little"))
         connection.send(builder.partial())
-    except EOFError:  # the parsing process went away
+    except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return
-    except TraceFormatError as exc:
-        connection.send({"error": str(exc)})
     except Exception as exc:
-        connection.send(
-            {"error": f"internal error: {''.join(traceback.format_exception_only(type(exc), exc)).strip()}"}
+        message = (
+            str(exc)
+            if isinstance(exc, TraceFormatError)
+            else (f"internal error: {''.join(traceback.format_exception_only(type(exc), exc)).strip()}")
         )
+        with contextlib.suppress(OSError):
+            connection.send({"error": message})

@@ -1,0 +1,515 @@
+"""What the Trace view needs precomputed, built once per trace at ingest and read memory-mapped.
+
+Slices are laid out in *lanes*: one lane per (timeline track, depth). Within a lane slices never
+overlap, so their starts and their ends are both sorted, and "the slices of this lane that touch
+[s, e)" is two binary searches. Depth is the nesting level (properly nested tracks) or, where
+slices overlap without nesting (kernels sharing a stream, misnested annotations), the lowest row
+free at that time — so overlapping slices are stacked, never dropped.
+
+Level of detail: level *k* partitions each lane into items, contiguous runs of slices each
+narrower than a threshold ``g_k`` separated by gaps narrower than ``g_k`` (a wider slice is an item
+of its own). Thresholds grow by 4x, so level *k+1*'s items are unions of level *k*'s. A window
+request at resolution ``px`` ns per pixel starts from the coarsest level with ``g_k <= px`` and
+merges neighbouring items whose gap is under a pixel: exactly the result of merging the raw slices
+at ``px``, from a bounded number of items. Every item is a range of raw slice positions, so counts
+and busy time (from a cumulative sum) stay exact when an item is clipped to a window.
+
+Counters are step functions ``(t_ns, value)`` per series: GPU utilization and estimated SM
+efficiency per device (drawn as per-pixel means), memory allocated / reserved per device, queued
+launches per stream and the trace's own counter events (drawn as per-pixel min and max, so a
+peak is never lost).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from profscope.analysis import intervals
+from profscope.analysis.names import PROFILER_STEP_PREFIX
+from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track
+
+INDEX_VERSION = 1
+LEVEL_BASE_NS = 1_000
+LEVEL_FACTOR = 4
+STEPS_TRACK = "steps"
+
+KIND_NAMES = {kind.value: kind.name.lower() for kind in Kind}
+HOST_RUNTIME_KINDS = (Kind.RUNTIME, Kind.DRIVER)
+
+
+@dataclass
+class TimelineIndex:
+    arrays: dict[str, np.ndarray]
+    info: dict[str, Any]
+
+    def save(self, directory: Path) -> None:
+        directory = Path(directory)
+        staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        for name, values in self.arrays.items():
+            np.save(staging / f"{name}.npy", np.ascontiguousarray(values))
+        (staging / "info.json").write_text(json.dumps(self.info))
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(staging, directory)
+
+    @classmethod
+    def load(cls, directory: Path) -> TimelineIndex:
+        directory = Path(directory)
+        info = json.loads((directory / "info.json").read_text())
+        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in info["arrays"]}
+        return cls(arrays=arrays, info=info)
+
+    # ---- lanes and levels ------------------------------------------------------------------
+    @property
+    def stride(self) -> int:
+        return int(self.info["stride"])
+
+    def level_for(self, px_ns: float) -> int:
+        """The coarsest stored level whose threshold is at most one pixel (0 = the raw slices)."""
+        best = 0
+        for level, threshold in zip(self.info["levels"], self.info["thresholds_ns"], strict=True):
+            if threshold <= px_ns:
+                best = level
+        return best
+
+
+# ---- building -------------------------------------------------------------------------------
+def build_timeline_index(tables: TraceTables) -> TimelineIndex:
+    events = tables.events
+    start = np.asarray(events["ts_ns"], dtype=np.int64)
+    end = start + np.maximum(np.asarray(events["dur_ns"], dtype=np.int64), 0)
+    track = np.asarray(events["track"], dtype=np.int64)
+    kind = np.asarray(events["kind"])
+    names = np.asarray(events["name"])
+
+    depth = np.zeros(len(start), dtype=np.int32)
+    for track_id in np.unique(track):
+        rows = np.flatnonzero(track == track_id)
+        depth[rows] = lane_depths(start[rows], end[rows])
+
+    groups, tracks = _layout(tables, track, kind, depth)
+    step_rows = _profiler_step_rows(tables, kind)
+    step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
+
+    # Lanes in display order: (track slot, depth). Raw slice positions follow lane order.
+    lane_rows: list[np.ndarray] = []
+    lane_track: list[int] = []
+    lane_depth: list[int] = []
+    for slot, info in enumerate(tracks):
+        if info["kind"] != "slices":
+            continue
+        if info["id"] == STEPS_TRACK:
+            rows, row_depth = step_rows, step_depth
+        else:
+            rows = np.flatnonzero(track == int(info["id"][1:]))
+            row_depth = depth[rows]
+        info["lanes"] = []
+        info["max_depth"] = int(row_depth.max(initial=-1))
+        info["events"] = len(rows)
+        by_depth = np.argsort(row_depth, kind="stable")  # time order kept within each depth
+        sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
+        if not len(sorted_rows):
+            continue
+        bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
+        for lane, lane_d in zip(np.split(sorted_rows, bounds), sorted_depth[np.r_[0, bounds]].tolist(), strict=True):
+            info["lanes"].append(len(lane_rows))
+            lane_rows.append(lane)
+            lane_track.append(slot)
+            lane_depth.append(int(lane_d))
+
+    raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
+    lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
+    lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
+    raw_lane = np.repeat(np.arange(len(lane_rows), dtype=np.int64), np.diff(lane_offsets))
+    raw_start, raw_end = start[raw_event], end[raw_event]
+    stride = int(end.max(initial=0)) + 2
+    if len(lane_rows) and stride * (len(lane_rows) + 1) >= 2**62:
+        raise ValueError("trace too long to index for the timeline")
+    busy_cum = np.zeros(len(raw_event) + 1, dtype=np.int64)
+    np.cumsum(raw_end - raw_start, out=busy_cum[1:])
+
+    arrays: dict[str, np.ndarray] = {
+        "lane_offsets": lane_offsets,
+        "lane_track": np.asarray(lane_track, dtype=np.int32),
+        "lane_depth": np.asarray(lane_depth, dtype=np.int32),
+        "raw_event": raw_event,
+        "raw_start_key": raw_lane * stride + raw_start,
+        "raw_end_key": raw_lane * stride + raw_end,
+        "busy_cum": busy_cum,
+        "event_depth": depth,
+    }
+    levels, thresholds = _build_levels(arrays, raw_start, raw_end, names[raw_event], int(end.max(initial=0)))
+    series = _counter_series(tables, tracks, groups, kind, start, end)
+    arrays.update(series.pop("arrays"))
+    info = {
+        "version": INDEX_VERSION,
+        "stride": stride,
+        "duration_ns": int(end.max(initial=0)),
+        "levels": [level for level, _ in levels],
+        "thresholds_ns": thresholds,
+        "groups": groups,
+        "tracks": tracks,
+        "arrays": [],
+    }
+    for level, (cuts, dominant) in levels:
+        arrays[f"level{level}_cuts"] = cuts
+        arrays[f"level{level}_name"] = dominant
+    info["arrays"] = sorted(arrays)
+    return TimelineIndex(arrays=arrays, info=info)
+
+
+def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of each slice of one track (slices in start order, longest first at equal starts).
+
+    Nested slices get their nesting level from a count of the slices still open; when slices
+    overlap without nesting, the rows are assigned greedily instead (lowest free row)."""
+    count = len(start)
+    if count == 0:
+        return np.zeros(0, dtype=np.int32)
+    layout_end = np.maximum(end, start + 1)  # zero-length slices take a nanosecond of room
+    closed_before = np.searchsorted(np.sort(layout_end), start, side="right")
+    depth = (np.arange(count) - closed_before).astype(np.int32)
+    if depth.min() >= 0 and _rows_are_disjoint(start, layout_end, depth):
+        return depth
+    return _greedy_depths(start, layout_end)
+
+
+def _rows_are_disjoint(start: np.ndarray, end: np.ndarray, depth: np.ndarray) -> bool:
+    order = np.lexsort((start, depth))
+    same_row = depth[order][1:] == depth[order][:-1]
+    return bool(np.all(start[order][1:][same_row] >= end[order][:-1][same_row]))
+
+
+def _greedy_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    row_ends: list[int] = []
+    depth = np.empty(len(start), dtype=np.int32)
+    for i, (s, e) in enumerate(zip(start.tolist(), end.tolist(), strict=True)):
+        for row, row_end in enumerate(row_ends):
+            if row_end <= s:
+                row_ends[row] = e
+                depth[i] = row
+                break
+        else:
+            depth[i] = len(row_ends)
+            row_ends.append(e)
+    return depth
+
+
+def _build_levels(
+    arrays: dict[str, np.ndarray], raw_start: np.ndarray, raw_end: np.ndarray, raw_name: np.ndarray, duration: int
+) -> tuple[list[tuple[int, tuple[np.ndarray, np.ndarray]]], list[int]]:
+    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count."""
+    lane_offsets, busy_cum = arrays["lane_offsets"], arrays["busy_cum"]
+    total = len(raw_start)
+    lane_first = np.zeros(total, dtype=bool)
+    lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
+    # level 0: every raw slice is an item
+    cuts = np.arange(total, dtype=np.int64)
+    item_name = np.asarray(raw_name, dtype=np.int32)
+    kept: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
+    thresholds: list[int] = []
+    last_kept_size = total
+    level, threshold = 0, LEVEL_BASE_NS
+    while len(cuts) > int(lane_first.sum()) and threshold <= max(duration, 1) * LEVEL_FACTOR:
+        level += 1
+        bounds = np.append(cuts, total)
+        item_start = raw_start[cuts]
+        item_end = raw_end[bounds[1:] - 1]
+        single_wide = (bounds[1:] - bounds[:-1] == 1) & (item_end - item_start >= threshold)
+        breaks = lane_first[cuts] | single_wide
+        breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
+        breaks[0] = True
+        parent = np.cumsum(breaks) - 1
+        busy = busy_cum[bounds[1:]] - busy_cum[bounds[:-1]]
+        item_name = item_name[_argmax_per_group(busy, parent)]
+        cuts = cuts[breaks]
+        if len(cuts) <= last_kept_size // 2:
+            kept.append((level, (np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))))
+            thresholds.append(threshold)
+            last_kept_size = len(cuts)
+        threshold *= LEVEL_FACTOR
+    return kept, thresholds
+
+
+def _argmax_per_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Index of the largest value in each run of equal ``group`` (groups sorted, numbered 0..n-1)."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    group_max = np.maximum.reduceat(values, starts)
+    is_max = values == group_max[group]
+    candidates = np.flatnonzero(is_max)
+    first = np.r_[True, group[candidates][1:] != group[candidates][:-1]]
+    return candidates[first]
+
+
+# ---- tracks and groups ----------------------------------------------------------------------
+def _profiler_step_rows(tables: TraceTables, kind: np.ndarray) -> np.ndarray:
+    step_names = [i for i, s in enumerate(tables.strings.strings) if s.startswith(PROFILER_STEP_PREFIX)]
+    if not step_names:
+        return np.zeros(0, dtype=np.int64)
+    host = np.isin(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
+    return np.flatnonzero(host & np.isin(np.asarray(tables.events["name"]), step_names))
+
+
+def _is_device_track(track: Track, kinds_on_track: set[int]) -> bool:
+    device_kinds = {int(k) for k in (*DEVICE_KINDS, Kind.GPU_USER_ANNOTATION)}
+    return bool(kinds_on_track & device_kinds) or track.process_labels.startswith("GPU")
+
+
+def _int_or_text(value: str) -> tuple:
+    return (0, int(value), "") if value.lstrip("-").isdigit() else (1, 0, value)
+
+
+def _layout(
+    tables: TraceTables, track: np.ndarray, kind: np.ndarray, depth: np.ndarray
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Groups (processes, devices) and tracks (threads, streams) in display order."""
+    present = np.unique(track)
+    kinds_by_track: dict[int, set[int]] = {int(t): set() for t in present}
+    pairs = np.unique(track * 64 + kind.astype(np.int64))
+    for pair in pairs.tolist():
+        kinds_by_track[pair // 64].add(pair % 64)
+
+    groups: list[dict[str, Any]] = []
+    tracks: list[dict[str, Any]] = []
+    if len(_profiler_step_rows(tables, kind)):
+        groups.append({"id": "g_steps", "name": "Steps", "kind": "steps"})
+        tracks.append({"id": STEPS_TRACK, "group": "g_steps", "name": "ProfilerStep", "kind": "slices"})
+
+    by_process: dict[tuple[bool, str], list[int]] = {}
+    for track_id in kinds_by_track:
+        t = tables.tracks[track_id]
+        by_process.setdefault((_is_device_track(t, kinds_by_track[track_id]), t.pid), []).append(track_id)
+
+    def process_order(key: tuple[bool, str]) -> tuple:
+        device, pid = key
+        first = tables.tracks[by_process[key][0]]
+        sort_index = first.process_sort_index if first.process_sort_index is not None else 0
+        return (pid in ("Traces", ""), device, sort_index if not device else 0, _int_or_text(pid))
+
+    for key in sorted(by_process, key=process_order):
+        device, pid = key
+        first = tables.tracks[by_process[key][0]]
+        group_id = f"g{len(groups)}"
+        if device:
+            label = first.process_labels or f"GPU {pid}"
+            name = label if label.startswith("GPU") else f"device {pid} ({label})"
+            groups.append({"id": group_id, "name": name, "kind": "gpu", "device": pid})
+        elif pid in ("Traces", ""):
+            groups.append({"id": group_id, "name": "Profiler", "kind": "other"})
+        else:
+            process = first.process_name or "process"
+            groups.append({"id": group_id, "name": f"{process} (pid {pid})", "kind": "cpu"})
+
+        def thread_order(track_id: int) -> tuple:
+            t = tables.tracks[track_id]
+            return (t.thread_sort_index if t.thread_sort_index is not None else 0, _int_or_text(t.tid))
+
+        for track_id in sorted(by_process[key], key=thread_order):
+            t = tables.tracks[track_id]
+            if device:
+                name = t.tid if t.tid.startswith("stream") else f"stream {t.tid}"
+            elif t.thread_name:
+                name = t.thread_name
+            else:
+                name = f"thread {t.tid}" if t.tid else (t.process_name or "events")
+            tracks.append({"id": f"t{track_id}", "group": group_id, "name": name, "kind": "slices"})
+    return groups, tracks
+
+
+# ---- counters -------------------------------------------------------------------------------
+def _counter_series(
+    tables: TraceTables,
+    tracks: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+) -> dict[str, Any]:
+    series: list[tuple[dict[str, Any], np.ndarray, np.ndarray]] = []
+    gpu_groups = {g["device"]: g["id"] for g in groups if g["kind"] == "gpu"}
+
+    def group_for_device(device: str) -> str:
+        if device not in gpu_groups:
+            gpu_groups[device] = f"g{len(groups)}"
+            groups.append({"id": gpu_groups[device], "name": f"GPU {device}", "kind": "gpu", "device": device})
+        return gpu_groups[device]
+
+    kernels = tables.table("kernels")
+    kernel_rows = np.asarray(kernels["event"], dtype=np.int64)
+    is_kernel = kind[kernel_rows] == Kind.KERNEL
+    kernel_device = np.asarray(kernels["device"])
+    for device in np.unique(kernel_device[is_kernel]).tolist():
+        on = is_kernel & (kernel_device == device)
+        rows = kernel_rows[on]
+        busy_start, busy_end = intervals.merge(start[rows], end[rows])
+        t, v = _indicator(busy_start, busy_end, 100.0)
+        group = group_for_device(str(device))
+        series.append(({"name": f"GPU {device} utilization", "group": group, "unit": "%", "mode": "mean"}, t, v))
+        blocks = np.asarray(kernels["blocks_per_sm"])[on]
+        valid = blocks > 0
+        if valid.any():
+            seg_start, seg_end, value = intervals.weighted_coverage(
+                start[rows][valid], end[rows][valid], blocks[valid], 1.0
+            )
+            t, v = _pieces(seg_start, seg_end, value * 100.0)
+            info = {"name": f"GPU {device} est. SM efficiency", "group": group, "unit": "%", "mode": "mean"}
+            series.append((info, t, v))
+    series.extend(_queued_launch_series(tables, tracks, kind, start, end))
+    series.extend(_memory_series(tables, groups, group_for_device))
+    series.extend(_trace_counter_series(tables, tracks))
+
+    offsets = np.zeros(len(series) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(t) for _, t, _ in series])
+    times = np.concatenate([t for _, t, _ in series]) if series else np.zeros(0, np.int64)
+    values = np.concatenate([v for _, _, v in series]) if series else np.zeros(0, np.float64)
+    integral = np.zeros(len(times), dtype=np.float64)  # integral of each series up to each point
+    for i in range(len(series)):
+        lo, hi = offsets[i], offsets[i + 1]
+        if hi - lo > 1:
+            integral[lo + 1 : hi] = np.cumsum(np.diff(times[lo:hi]) * values[lo : hi - 1])
+    for index, (info, _, v) in enumerate(series):
+        if not info["group"]:
+            info["group"] = _counters_group(groups)
+        tracks.append(
+            {
+                "id": f"c{index}",
+                "kind": "counter",
+                "series": index,
+                "min": float(v.min()) if len(v) else 0.0,
+                "max": float(v.max()) if len(v) else 0.0,
+                **info,
+            }
+        )
+    return {"arrays": {"counter_offsets": offsets, "counter_t": times, "counter_v": values, "counter_int": integral}}
+
+
+def _counters_group(groups: list[dict[str, Any]]) -> str:
+    for group in groups:
+        if group["kind"] == "counters":
+            return group["id"]
+    groups.append({"id": f"g{len(groups)}", "name": "Counters", "kind": "counters"})
+    return groups[-1]["id"]
+
+
+def _indicator(starts: np.ndarray, ends: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    return _pieces(starts, ends, np.full(len(starts), level))
+
+
+def _pieces(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A step function from disjoint sorted pieces: each value holds on its piece, zero between."""
+    t = np.empty(2 * len(starts), dtype=np.int64)
+    v = np.zeros(2 * len(starts), dtype=np.float64)
+    t[0::2], t[1::2] = starts, ends
+    v[0::2] = values
+    # pieces that touch: drop the zero between them
+    keep = np.ones(len(t), dtype=bool)
+    if len(starts) > 1:
+        touching = starts[1:] == ends[:-1]
+        keep[1:-1:2] = ~touching
+    return t[keep], v[keep]
+
+
+def _queued_launch_series(
+    tables: TraceTables, tracks: list[dict[str, Any]], kind: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
+    """Launches issued on the host whose device work has not finished yet, per stream."""
+    events = tables.events
+    correlation = np.asarray(events["correlation"])
+    track = np.asarray(events["track"])
+    device_rows = np.flatnonzero(np.isin(kind, list(DEVICE_KINDS)) & (correlation != NO_ID))
+    launch_rows = np.flatnonzero(np.isin(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
+    if not len(device_rows) or not len(launch_rows):
+        return []
+    launch_corr = correlation[launch_rows]
+    order = np.argsort(launch_corr, kind="stable")
+    keys, first = np.unique(launch_corr[order], return_index=True)
+    launch_of_device = _match(keys, launch_rows[order][first], correlation[device_rows])
+    matched = launch_of_device >= 0
+    device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
+    group_of_track = {t["id"]: t["group"] for t in tracks}
+    result = []
+    for stream in np.unique(track[device_rows]).tolist():
+        on = track[device_rows] == stream
+        t = np.concatenate([start[launch_of_device[on]], end[device_rows[on]]])
+        delta = np.concatenate([np.ones(on.sum()), -np.ones(on.sum())])
+        order = np.lexsort((delta, t))  # at equal times, finish before the next launch counts
+        t, level = t[order], np.cumsum(delta[order])
+        last = np.r_[t[1:] != t[:-1], True]
+        name = next((x["name"] for x in tracks if x["id"] == f"t{stream}"), f"stream {stream}")
+        info = {"name": f"{name} queued launches", "group": group_of_track.get(f"t{stream}", ""), "unit": "count"}
+        result.append(({**info, "mode": "extremes"}, t[last], level[last]))
+    return result
+
+
+def _match(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    position = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[position] == queries, values[position], -1)
+
+
+def _memory_series(
+    tables: TraceTables, groups: list[dict[str, Any]], group_for_device: Any
+) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
+    memory = tables.table("memory")
+    if not len(memory["ts_ns"]):
+        return []
+    result = []
+    device_type = np.asarray(memory["device_type"])
+    device_id = np.asarray(memory["device_id"])
+    ts = np.asarray(memory["ts_ns"], dtype=np.int64)
+    cpu_group = None
+    for dtype_, dev in sorted(set(zip(device_type.tolist(), device_id.tolist(), strict=True))):
+        on = (device_type == dtype_) & (device_id == dev)
+        if dtype_ == 0:  # kineto's device type 0 is the CPU
+            if cpu_group is None:
+                cpu_group = f"g{len(groups)}"
+                groups.append({"id": cpu_group, "name": "CPU memory", "kind": "cpu"})
+            label, group = "CPU", cpu_group
+        else:
+            label, group = f"GPU {dev}", group_for_device(str(dev))
+        for column, what in (("total_allocated", "allocated"), ("total_reserved", "reserved")):
+            values = np.asarray(memory[column], dtype=np.float64)[on]
+            if not (values >= 0).any():
+                if column == "total_reserved":
+                    continue
+                # old traces record only each allocation's size: allocated is their running sum
+                values = np.cumsum(np.asarray(memory["bytes"], dtype=np.float64)[on])
+                what = "allocated (since the trace started)"
+            info = {"name": f"{label} memory {what}", "group": group, "unit": "bytes", "mode": "extremes"}
+            result.append((info, ts[on], values))
+    return result
+
+
+def _trace_counter_series(
+    tables: TraceTables, tracks: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
+    counters = tables.table("counters")
+    if not len(counters["ts_ns"]):
+        return []
+    track = np.asarray(counters["track"])
+    name = np.asarray(counters["name"])
+    series_name = np.asarray(counters["series"])
+    group_of_pid = {}
+    for t in tracks:
+        if t["id"].startswith("t"):
+            group_of_pid.setdefault(tables.tracks[int(t["id"][1:])].pid, t["group"])
+    result = []
+    keys = np.unique(np.stack([track, name, series_name], axis=1), axis=0)
+    for track_id, name_id, series_id in keys.tolist():
+        on = (track == track_id) & (name == name_id) & (series_name == series_id)
+        label = tables.strings[name_id]
+        if series_id >= 0 and tables.strings[series_id] not in ("", label):
+            label = f"{label} {tables.strings[series_id]}"
+        pid = tables.tracks[track_id].pid if 0 <= track_id < len(tables.tracks) else ""
+        info = {"name": label, "group": group_of_pid.get(pid, ""), "unit": "", "mode": "extremes"}
+        result.append((info, np.asarray(counters["ts_ns"], dtype=np.int64)[on], np.asarray(counters["value"])[on]))
+    return result

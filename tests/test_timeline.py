@@ -1,0 +1,279 @@
+"""The Trace view's index and queries on real traces.
+
+The level-of-detail answer is checked against a direct computation from the raw events: for random
+windows and widths, every lane's slices and merged blocks must be exactly what merging the raw
+slices at that resolution gives — nothing lost, nothing counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import corpus_file
+from profscope.analysis import timeline
+from profscope.analysis.timeline_index import build_timeline_index, lane_depths
+from profscope.ingest.kineto import parse_trace
+from profscope.tables import Kind
+
+TRACES = {
+    "resnet50_v100": "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "tinygpt_cpu": "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz",
+    "negative_queue_a100": "hta/negative_queue_length_values_check/rank0.json.gz",
+    "bert_h100": "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(TRACES))
+def indexed(request):
+    path = corpus_file(TRACES[request.param])
+    with open(path, "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    return tables, build_timeline_index(tables)
+
+
+def _ns(value_us: float) -> int:
+    return round(value_us * 1000)
+
+
+def _expected_lane(start: np.ndarray, end: np.ndarray, ids: np.ndarray, px: float) -> tuple[set, list]:
+    """Merge one lane's raw slices at ``px`` ns per pixel, the plain way."""
+    slices, blocks = set(), []
+    current = None
+    for s, e, i in zip(start.tolist(), end.tolist(), ids.tolist(), strict=True):
+        if e - s >= px:
+            slices.add(i)
+            current = None
+            continue
+        if current is not None and s - current["end"] < px:
+            current["end"] = max(current["end"], e)
+            current["count"] += 1
+            current["busy"] += e - s
+        else:
+            current = {"start": s, "end": e, "count": 1, "busy": e - s}
+            blocks.append(current)
+    return slices, [(b["start"], b["end"], b["count"], b["busy"]) for b in blocks]
+
+
+def test_level_of_detail_loses_nothing(indexed):
+    tables, index = indexed
+    events = tables.events
+    start = np.asarray(events["ts_ns"])
+    end = start + np.asarray(events["dur_ns"])
+    track = np.asarray(events["track"])
+    depth = np.asarray(index.arrays["event_depth"])
+    duration = index.info["duration_ns"]
+    rng = np.random.default_rng(7)
+    windows = [(0, duration, 2000), (0, duration, 300)]
+    for _ in range(40):
+        a, b = sorted(rng.integers(0, duration, size=2).tolist())
+        windows.append((a, max(b, a + 1), int(rng.choice([50, 700, 2000, 4000]))))
+    for _ in range(20):  # deep zooms
+        a = int(rng.integers(0, duration))
+        windows.append((a, a + int(rng.integers(1_000, 200_000)), 1500))
+    checked_lanes = 0
+    for window_start, window_end, width in windows:
+        px = (window_end - window_start) / width
+        answer = timeline.window(tables, index, window_start, window_end, width)
+        by_id = {t["id"]: t for t in answer["tracks"]}
+        for info in index.info["tracks"]:
+            if info["kind"] != "slices" or info["id"] == "steps":
+                continue
+            got = by_id[info["id"]]
+            track_rows = np.flatnonzero(track == int(info["id"][1:]))
+            for lane_depth in range(info["max_depth"] + 1):
+                rows = track_rows[depth[track_rows] == lane_depth]
+                rows = rows[(start[rows] < window_end) & (end[rows] > window_start)]
+                rows = rows[np.argsort(start[rows], kind="stable")]
+                want_slices, want_blocks = _expected_lane(start[rows], end[rows], rows, px)
+                got_slices = {s["id"] for s in got["slices"] if s["depth"] == lane_depth}
+                got_blocks = [
+                    (_ns(m["start_us"]), _ns(m["start_us"]) + _ns(m["dur_us"]), m["count"], _ns(m["busy_us"]))
+                    for m in got["merged"]
+                    if m["depth"] == lane_depth
+                ]
+                assert got_slices == want_slices, (info["name"], lane_depth, window_start, window_end, width)
+                assert sorted(got_blocks) == sorted(want_blocks), (info["name"], lane_depth, window_start, width)
+                assert len(got_slices) + sum(b[2] for b in got_blocks) == len(rows)
+                checked_lanes += 1
+    assert checked_lanes > 100
+
+
+def test_answer_size_is_bounded_by_width(indexed):
+    tables, index = indexed
+    duration = index.info["duration_ns"]
+    for width in (100, 1000):
+        answer = timeline.window(tables, index, 0, duration, width)
+        for t in answer["tracks"]:
+            if t["kind"] == "slices":
+                for depth in {s["depth"] for s in t["slices"]} | {m["depth"] for m in t["merged"]}:
+                    items = [s for s in t["slices"] if s["depth"] == depth] + [
+                        m for m in t["merged"] if m["depth"] == depth
+                    ]
+                    assert len(items) <= 2 * width + 1
+            else:
+                assert len(t["points"]) <= 2 * width + 2
+
+
+def test_lanes_never_overlap_and_nest_children_below_parents(indexed):
+    tables, index = indexed
+    arrays = index.arrays
+    stride = index.stride
+    starts = (
+        np.asarray(arrays["raw_start_key"])
+        - np.repeat(np.arange(len(arrays["lane_depth"])), np.diff(arrays["lane_offsets"])) * stride
+    )
+    ends = (
+        np.asarray(arrays["raw_end_key"])
+        - np.repeat(np.arange(len(arrays["lane_depth"])), np.diff(arrays["lane_offsets"])) * stride
+    )
+    offsets = arrays["lane_offsets"]
+    for lane in range(len(arrays["lane_depth"])):
+        s, e = starts[offsets[lane] : offsets[lane + 1]], ends[offsets[lane] : offsets[lane + 1]]
+        assert np.all(s[1:] >= e[:-1]), f"lane {lane} has overlapping slices"
+    # every raw event is in exactly one lane of its own track (the steps track repeats steps)
+    thread_lanes = [lane for t in index.info["tracks"] if t["id"] != "steps" for lane in t.get("lanes", [])]
+    positions = np.concatenate([np.arange(offsets[lane], offsets[lane + 1]) for lane in thread_lanes])
+    assert sorted(arrays["raw_event"][positions].tolist()) == list(range(tables.row_count("events")))
+
+
+def test_depth_is_nesting_level_for_nested_slices():
+    start = np.array([0, 0, 10, 20, 20, 50, 60])
+    end = np.array([100, 40, 15, 30, 20, 90, 70])
+    # parent 0-100; child 0-40 with grandchildren 10-15 and 20-30 (and a zero-length one at 20);
+    # child 50-90 with grandchild 60-70
+    assert lane_depths(start, end).tolist() == [0, 1, 2, 2, 3, 1, 2]
+
+
+def test_overlapping_slices_are_stacked_not_dropped():
+    start = np.array([0, 5, 12, 30])
+    end = np.array([10, 20, 25, 40])  # 0-10 and 5-20 overlap without nesting, so do 5-20 and 12-25
+    depth = lane_depths(start, end)
+    assert depth.tolist() == [0, 1, 0, 0]
+
+
+def test_kernel_details_follow_correlation_to_its_launch():
+    path = corpus_file(TRACES["resnet50_v100"])
+    with open(path, "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    index = build_timeline_index(tables)
+    events = tables.events
+    kinds = np.asarray(events["kind"])
+    kernel = int(np.flatnonzero(kinds == Kind.KERNEL)[100])
+    details = timeline.slice_details(tables, index, kernel)
+    launch = next(r for r in details["related"] if r["relation"] == "launched by")
+    assert int(events["correlation"][launch["id"]]) == int(events["correlation"][kernel])
+    assert kinds[launch["id"]] == Kind.RUNTIME
+    assert details["args"]["grid"][0] > 0 and "stream" in details["args"]
+    # and back: the launch lists the kernel
+    back = timeline.slice_details(tables, index, launch["id"])
+    assert kernel in [r["id"] for r in back["related"] if r["relation"] == "launches"]
+    # the launching operator encloses the runtime call on the same thread
+    op = next(r for r in details["related"] if r["relation"] == "launched by operator")
+    assert (
+        op["start_us"] <= launch["start_us"] and op["start_us"] + op["dur_us"] >= launch["start_us"] + launch["dur_us"]
+    )
+
+
+def test_forward_op_links_to_its_backward_op():
+    path = corpus_file(TRACES["tinygpt_cpu"])
+    with open(path, "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    index = build_timeline_index(tables)
+    flows = tables.table("flows")
+    fwdbwd = tables.strings.lookup("fwdbwd")
+    starts = np.flatnonzero((np.asarray(flows["cat"]) == fwdbwd) & (np.asarray(flows["phase"]) == 0))
+    assert len(starts) > 0
+    flow = int(starts[0])
+    forward = timeline.slice_at(tables, index, int(flows["track"][flow]), int(flows["ts_ns"][flow]))
+    details = timeline.slice_details(tables, index, forward)
+    backward = [r for r in details["related"] if r["relation"] == "backward"]
+    assert backward, details["related"]
+    finish = np.flatnonzero(
+        (np.asarray(flows["flow_id"]) == int(flows["flow_id"][flow])) & (np.asarray(flows["phase"]) != 0)
+    )
+    assert (
+        backward[0]["start_us"]
+        <= int(flows["ts_ns"][finish[0]]) / 1000
+        <= backward[0]["start_us"] + backward[0]["dur_us"]
+    )
+    assert backward[0]["start_us"] > details["start_us"]  # backward runs after forward
+
+
+def test_counters_keep_peaks_and_means():
+    path = corpus_file(TRACES["resnet50_v100"])
+    with open(path, "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    index = build_timeline_index(tables)
+    duration = index.info["duration_ns"]
+    tracks = {t["name"]: t for t in index.info["tracks"] if t["kind"] == "counter"}
+    util = tracks["GPU 0 utilization"]
+    points = timeline.counter_points(index, util, 0, duration, 200)
+    # the mean of the per-bucket means is the busy fraction of the whole trace
+    kernels = np.asarray(tables.events["kind"]) == Kind.KERNEL
+    s = np.asarray(tables.events["ts_ns"])[kernels]
+    e = s + np.asarray(tables.events["dur_ns"])[kernels]
+    from profscope.analysis import intervals
+
+    busy = intervals.total(intervals.merge(s, e))
+    assert np.mean([v for _, v in points]) == pytest.approx(100.0 * busy / duration, rel=1e-6)
+    launches = next(t for name, t in tracks.items() if name.endswith("queued launches"))
+    lo, hi = (
+        index.arrays["counter_offsets"][launches["series"]],
+        index.arrays["counter_offsets"][launches["series"] + 1],
+    )
+    true_peak = float(np.max(index.arrays["counter_v"][lo:hi]))
+    drawn = timeline.counter_points(index, launches, 0, duration, 100)
+    assert max(v for _, v in drawn) == true_peak
+    assert len(drawn) <= 2 * 50 + 1
+
+
+def test_area_summary_and_export_on_a_window():
+    path = corpus_file(TRACES["resnet50_v100"])
+    with open(path, "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    index = build_timeline_index(tables)
+    duration = index.info["duration_ns"]
+    a, b = duration // 3, duration // 3 + duration // 20
+    summary = timeline.area_summary(tables, index, a, b, {"t2"})  # the GPU stream only
+    events = tables.events
+    start = np.asarray(events["ts_ns"])
+    end = start + np.asarray(events["dur_ns"])
+    on = (np.asarray(events["track"]) == 2) & (start < b) & (end > a)
+    clipped = np.minimum(end[on], b) - np.maximum(start[on], a)
+    assert summary["slices"] == int(on.sum())
+    assert sum(_ns(n["total_us"]) for n in summary["by_name"]) == pytest.approx(
+        int(clipped.sum()), abs=len(summary["by_name"])
+    )
+    (stream,) = summary["by_track"]
+    assert _ns(stream["busy_us"]) == int(clipped.sum())  # kernels on one stream do not overlap here
+    runtime = np.flatnonzero(np.asarray(events["kind"]) == Kind.RUNTIME)
+    a = int(start[runtime[len(runtime) // 2]])  # a window where launches and their kernels both run
+    b = a + duration // 20
+    exported = timeline.export_chrome_trace(tables, index, a, b, None, 1_000_000)
+    text = json.dumps(exported)
+    again = json.loads(text)
+    complete = [e for e in again["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == exported["profscope"]["slices"]
+    flows = [e for e in again["traceEvents"] if e["ph"] in ("s", "f")]
+    assert flows and len([f for f in flows if f["ph"] == "s"]) == len([f for f in flows if f["ph"] == "f"])
+    # the exported file parses back into the same slices
+    from io import BytesIO
+
+    reparsed = parse_trace(BytesIO(text.encode()), use_second_core=False)
+    assert reparsed.row_count("events") == len(complete)
+
+
+def test_search_counts_and_orders_matches(indexed):
+    tables, index = indexed
+    names = tables.strings.strings
+    needle = "aten::"
+    rows = timeline.search_rows(tables, needle)
+    expected = [i for i, n in enumerate(np.asarray(tables.events["name"]).tolist()) if needle in names[n].lower()]
+    assert rows.tolist() == expected
+    if len(rows) > 1:
+        first, second = (timeline.search_match(tables, index, rows, i) for i in (0, 1))
+        assert first["start_us"] <= second["start_us"]
+        assert timeline.search_match(tables, index, rows, len(rows)) == first  # wraps around
