@@ -306,6 +306,8 @@ def _layout(
             groups.append({"id": group_id, "name": name, "kind": "gpu", "device": pid})
         elif pid in ("Traces", ""):
             groups.append({"id": group_id, "name": "Profiler", "kind": "other"})
+        elif not pid.lstrip("-").isdigit():  # kineto's own rows, e.g. pid "Spans"
+            groups.append({"id": group_id, "name": first.process_name or pid, "kind": "other"})
         else:
             process = first.process_name or "process"
             groups.append({"id": group_id, "name": f"{process} (pid {pid})", "kind": "cpu"})
