@@ -13,6 +13,7 @@ from profscope.cache import TraceCache
 from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager
+from profscope.metrics import Metrics
 from profscope.sources import Source, SourceError, open_source
 
 log = logging.getLogger("profscope.state")
@@ -29,10 +30,11 @@ class RootStatus:
 
 
 class Profscope:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
-        self.ingest = IngestManager(self.cache, settings.workers, settings.max_trace_bytes)
+        self.ingest = IngestManager(self.cache, settings.workers, settings.max_trace_bytes, self.metrics.ingest)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             label = PurePosixPath(uri.rstrip("/")).name or uri
@@ -46,6 +48,7 @@ class Profscope:
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.scans = 0
+        self.metrics.watch(self)
 
     # ---- catalog -------------------------------------------------------------------------------
     def rescan(self) -> None:

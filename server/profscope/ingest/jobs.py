@@ -20,13 +20,16 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
 from profscope.catalog import TraceFile
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
 from profscope.sources import SourceError, open_source
+
+if TYPE_CHECKING:
+    from profscope.metrics import IngestMetrics
 
 log = logging.getLogger("profscope.ingest")
 
@@ -177,8 +180,11 @@ def _run_guarded(request: IngestRequest) -> dict[str, Any]:
 
 # ---- in the server process -------------------------------------------------------------------
 class IngestManager:
-    def __init__(self, cache: TraceCache, workers: int, max_trace_bytes: int) -> None:
+    def __init__(
+        self, cache: TraceCache, workers: int, max_trace_bytes: int, metrics: IngestMetrics | None = None
+    ) -> None:
         self.cache = cache
+        self.metrics = metrics
         self.workers = max(1, workers)
         self.max_trace_bytes = max_trace_bytes
         self._context = multiprocessing.get_context("spawn")
@@ -243,6 +249,11 @@ class IngestManager:
         with self._lock:
             return len(self._running) + len(self._pending)
 
+    def load(self) -> tuple[int, int]:
+        """(traces being parsed now, traces waiting for a worker)."""
+        with self._lock:
+            return len(self._running), len(self._pending)
+
     # ---- internals -----------------------------------------------------------------------------
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -260,6 +271,8 @@ class IngestManager:
             state = self._states[key]
             state.state, state.started = "parsing", time.time()
             state.attempts += 1
+            if state.attempts == 1 and self.metrics is not None:
+                self.metrics.on_start()
             request = IngestRequest(
                 source_uri=trace.source,
                 key=trace.key,
@@ -304,16 +317,23 @@ class IngestManager:
                     self.cache.write_error(key, {"message": reason, "kind": "WorkerDied"})
                     state.state, state.message = "error", reason
                     self.counters["failed"] += 1
+                    self._report_end(state, ok=False)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 self.counters["failed"] += 1
                 if not self.cache.error(key):
                     self.cache.write_error(key, {"message": result["error"], "kind": "InternalError"})
+                self._report_end(state, ok=False)
             else:
                 state.state, state.bytes_done = "ready", trace.info.size
                 self.counters["ingested"] += 1
                 self.durations.append(float(result.get("total_s", 0.0)))
+                self._report_end(state, ok=True)
             self._pump()
+
+    def _report_end(self, state: IngestState, ok: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.on_end(time.time() - state.started, ok)
 
     def _drain_progress(self) -> None:
         while True:
