@@ -11,6 +11,7 @@ from pathlib import Path
 
 from profscope import __version__
 from profscope.config import Settings, default_cache_dir, env
+from profscope.sources.base import StorageOptions, redact
 
 
 def _int_env(name: str, default: int) -> int:
@@ -33,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         "roots",
         nargs="*",
         metavar="ROOT",
-        help="folders of traces to serve (searched recursively); with none, the built-in demo run is served",
+        help="folders or buckets of traces to serve (searched recursively): a path, s3://BUCKET/PREFIX, "
+        "gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX; "
+        "with none, the built-in demo run is served",
     )
     serve.add_argument(
         "--host",
@@ -87,6 +90,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
     serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
+    storage = serve.add_argument_group("object storage", "s3://, gs://, az:// and https://ACCOUNT.blob... roots")
+    storage.add_argument(
+        "--s3-endpoint-url",
+        default=env("S3_ENDPOINT_URL") or None,
+        help="S3-compatible endpoint (MinIO, Ceph, R2...), e.g. http://minio:9000; default: AWS_ENDPOINT_URL, "
+        "else AWS",
+    )
+    storage.add_argument(
+        "--azure-account-url",
+        default=env("AZURE_ACCOUNT_URL") or None,
+        help="Blob endpoint replacing https://ACCOUNT.blob.core.windows.net (Azurite, sovereign clouds)",
+    )
+    storage.add_argument(
+        "--storage-timeout",
+        type=float,
+        default=float(env("STORAGE_TIMEOUT") or 20.0),
+        help="seconds to wait for a connection or for one read from object storage (default 20)",
+    )
+    storage.add_argument(
+        "--storage-attempts",
+        type=int,
+        default=_int_env("STORAGE_ATTEMPTS", 5),
+        help="tries per storage request on throttling, 5xx and connection errors, with exponential backoff "
+        "(default 5)",
+    )
 
     ingest = commands.add_parser(
         "ingest",
@@ -116,6 +144,12 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         source_link_template=args.source_link,
         source_path_map=path_map,  # type: ignore[arg-type]
         source_revision=args.source_rev,
+        storage=StorageOptions(
+            s3_endpoint_url=args.s3_endpoint_url,
+            azure_account_url=args.azure_account_url,
+            timeout_s=args.storage_timeout,
+            attempts=max(1, args.storage_attempts),
+        ),
     )
 
 
@@ -125,12 +159,13 @@ def serve(args: argparse.Namespace) -> int:
     from profscope.app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level.lower() != "debug":  # the storage SDKs log every request at INFO
+        for noisy in ("azure", "botocore", "boto3", "urllib3", "google"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = _settings_from(args)
     app = create_app(settings)
-    print(
-        f"profscope {__version__}: serving {', '.join(settings.roots)} on http://{settings.host}:{settings.port}",
-        flush=True,
-    )
+    roots = ", ".join(redact(root) for root in settings.roots)  # a SAS token in a URL is a credential
+    print(f"profscope {__version__}: serving {roots} on http://{settings.host}:{settings.port}", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
     return 0
 
@@ -139,6 +174,7 @@ def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
+    from profscope.sources import LocalSource
 
     map_large_arrays_directly()  # as the worker processes do
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
@@ -147,7 +183,7 @@ def ingest(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = run_ingest(
             IngestRequest(
-                source_uri=str(path.resolve().parent),
+                source=LocalSource(path.resolve().parent),
                 key=path.name,
                 size=path.stat().st_size,
                 cache_key=f"cli-{path.name}",
