@@ -13,6 +13,7 @@ from pathlib import Path
 from profscope import __version__
 from profscope.config import Settings, default_cache_dir, env, env_flag
 from profscope.logs import configure_logging
+from profscope.sources.base import StorageOptions, redact
 
 
 def _int_env(name: str, default: int) -> int:
@@ -35,8 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         "roots",
         nargs="*",
         metavar="ROOT",
-        help="folders or bucket URIs of traces to serve (searched recursively); PROFSCOPE_ROOTS (comma-separated) "
-        "when none are given; with neither, the built-in demo run is served",
+        help="folders or buckets of traces to serve (searched recursively): a path, s3://BUCKET/PREFIX, "
+        "gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX; "
+        "with none, PROFSCOPE_ROOTS (comma-separated); with neither, the built-in demo run is served",
     )
     serve.add_argument(
         "--host",
@@ -90,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
     serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
+    _add_storage_arguments(serve)
     serve.add_argument(
         "--log-format",
         choices=("text", "json"),
@@ -140,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-trace-bytes", type=int, default=_int_env("MAX_TRACE_BYTES", 64 << 30),
         help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
     )  # fmt: skip
+    _add_storage_arguments(indexer)
 
     ingest = commands.add_parser(
         "ingest",
@@ -149,6 +153,43 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--cache-dir", type=Path, default=None, help="write the cache here (default: a temp dir)")
     return parser
+
+
+def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    storage = parser.add_argument_group("object storage", "s3://, gs://, az:// and https://ACCOUNT.blob... roots")
+    storage.add_argument(
+        "--s3-endpoint-url",
+        default=env("S3_ENDPOINT_URL") or None,
+        help="S3-compatible endpoint (MinIO, Ceph, R2...), e.g. http://minio:9000; default: AWS_ENDPOINT_URL, "
+        "else AWS",
+    )
+    storage.add_argument(
+        "--azure-account-url",
+        default=env("AZURE_ACCOUNT_URL") or None,
+        help="Blob endpoint replacing https://ACCOUNT.blob.core.windows.net (Azurite, sovereign clouds)",
+    )
+    storage.add_argument(
+        "--storage-timeout",
+        type=float,
+        default=float(env("STORAGE_TIMEOUT") or 20.0),
+        help="seconds to wait for a connection or for one read from object storage (default 20)",
+    )
+    storage.add_argument(
+        "--storage-attempts",
+        type=int,
+        default=_int_env("STORAGE_ATTEMPTS", 5),
+        help="tries per storage request on throttling, 5xx and connection errors, with exponential backoff "
+        "(default 5)",
+    )
+
+
+def _storage_options(args: argparse.Namespace) -> StorageOptions:
+    return StorageOptions(
+        s3_endpoint_url=args.s3_endpoint_url,
+        azure_account_url=args.azure_account_url,
+        timeout_s=args.storage_timeout,
+        attempts=max(1, args.storage_attempts),
+    )
 
 
 def _indexed_job_shard() -> str | None:
@@ -180,6 +221,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
+        storage=_storage_options(args),
     )
 
 
@@ -196,9 +238,10 @@ def serve(args: argparse.Namespace) -> int:
         access.append("token")
     if settings.trust_proxy_header:
         access.append(f"proxy header {settings.trust_proxy_header}")
+    roots = ", ".join(redact(root) for root in settings.roots)  # a SAS token in a URL is a credential
     logging.getLogger("profscope").info(
         "profscope %s: serving %s on http://%s:%d (access control: %s)",
-        __version__, ", ".join(settings.roots), settings.host, settings.port, " or ".join(access) or "none",
+        __version__, roots, settings.host, settings.port, " or ".join(access) or "none",
     )  # fmt: skip
     uvicorn.run(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
@@ -216,7 +259,9 @@ def index(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"profscope index: {exc}", file=sys.stderr)
         return 2
-    report = index_root(args.root, args.cache_dir, shard=shard, max_trace_bytes=args.max_trace_bytes)
+    report = index_root(
+        args.root, args.cache_dir, shard=shard, max_trace_bytes=args.max_trace_bytes, storage=_storage_options(args)
+    )
     print(json.dumps(report.to_json()), flush=True)
     for failure in report.failures:
         print(f"failed: {failure['file']}: {failure['message']}", file=sys.stderr)
@@ -227,6 +272,7 @@ def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
+    from profscope.sources import LocalSource
 
     map_large_arrays_directly()  # as the worker processes do
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
@@ -235,7 +281,7 @@ def ingest(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = run_ingest(
             IngestRequest(
-                source_uri=str(path.resolve().parent),
+                source=LocalSource(path.resolve().parent),
                 key=path.name,
                 size=path.stat().st_size,
                 cache_key=f"cli-{path.name}",

@@ -21,7 +21,7 @@ from profscope.cache import TraceCache
 from profscope.catalog import TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
-from profscope.sources import SourceError, open_source
+from profscope.sources import Source, SourceError, StorageOptions, open_source, redact
 
 log = logging.getLogger("profscope.index")
 
@@ -66,17 +66,22 @@ class IndexReport:
         }
 
 
-def index_root(root: str, cache_dir: Path, shard: tuple[int, int] = (0, 1), max_trace_bytes: int = 64 << 30
-               ) -> IndexReport:  # fmt: skip
+def index_root(
+    root: str,
+    cache_dir: Path,
+    shard: tuple[int, int] = (0, 1),
+    max_trace_bytes: int = 64 << 30,
+    storage: StorageOptions | None = None,
+) -> IndexReport:
     """Parse every trace of ``root`` in ``shard`` that the cache does not hold yet; failures are reported."""
     started = time.perf_counter()
-    report = IndexReport(root=root, shard=shard)
+    report = IndexReport(root=redact(root), shard=shard)
     cache = TraceCache(Settings(cache_dir=cache_dir).traces_cache)
     try:
-        source = open_source(root, exclude=[Path(cache_dir)])
+        source = open_source(root, exclude=[Path(cache_dir)], options=storage)
         objects = source.list()
     except (SourceError, OSError) as exc:
-        report.failures.append({"file": root, "message": f"cannot list {root}: {exc}"})
+        report.failures.append({"file": redact(root), "message": f"cannot list it: {redact(str(exc))}"})
         return report
     label = PurePosixPath(root.rstrip("/")).name or root
     traces = [t for run in build_runs([(label, source.uri, objects)]).values() for t in run.traces()]
@@ -90,7 +95,7 @@ def index_root(root: str, cache_dir: Path, shard: tuple[int, int] = (0, 1), max_
             report.already_cached += 1
             continue
         cache.forget(trace.cache_key)  # a failure remembered by an earlier run is tried again
-        error = _ingest(trace, cache, max_trace_bytes)
+        error = _ingest(source, trace, cache, max_trace_bytes)
         if error is None:
             report.parsed += 1
             log.info("parsed %s", trace.key)
@@ -101,9 +106,9 @@ def index_root(root: str, cache_dir: Path, shard: tuple[int, int] = (0, 1), max_
     return report
 
 
-def _ingest(trace: TraceFile, cache: TraceCache, max_trace_bytes: int) -> str | None:
+def _ingest(source: Source, trace: TraceFile, cache: TraceCache, max_trace_bytes: int) -> str | None:
     request = IngestRequest(
-        source_uri=trace.source,
+        source=source,
         key=trace.key,
         size=trace.info.size,
         cache_key=trace.cache_key,

@@ -3,8 +3,8 @@
 ``--log-format json`` (``PROFSCOPE_LOG_FORMAT=json``) is for log collectors: every line is a JSON
 object with ``ts``, ``level``, ``logger``, ``message`` and the record's structured fields (the
 access log adds ``method``, ``route``, ``path``, ``status``, ``duration_ms``, ``user``). The access
-log never records headers, cookies or query strings, and any configured secret (the auth token)
-that reaches a message anyway is replaced by ``***``.
+log never records headers, cookies or query strings, and any configured secret (the auth token) or
+SAS signature / account key that reaches a message anyway is replaced by ``***``.
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ class RedactSecrets(logging.Filter):
         self.secrets = [s for s in secrets if s]
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            message = record.getMessage()
-            if any(secret in message for secret in self.secrets):
-                for secret in self.secrets:
-                    message = message.replace(secret, "***")
-                record.msg, record.args = message, None
+        from profscope.sources.base import redact
+
+        message = record.getMessage()
+        cleaned = redact(message, tuple(self.secrets))  # also SAS signatures and account keys in URLs
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
         return True
 
 
@@ -75,3 +75,6 @@ def configure_logging(level: str = "info", fmt: str = "text", secrets: Iterable[
         logger.handlers[:] = []
         logger.propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # profscope.access logs each request instead
+    if level.lower() != "debug":  # the storage SDKs log every request at INFO
+        for noisy in ("azure", "botocore", "boto3", "urllib3", "google"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from profscope.cache import TraceCache
 from profscope.catalog import TraceFile
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
-from profscope.sources import SourceError, open_source
+from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
     from profscope.metrics import IngestMetrics
@@ -39,7 +40,7 @@ _progress_queue: Any = None
 
 @dataclass(frozen=True)
 class IngestRequest:
-    source_uri: str
+    source: Source  # pickled to the worker; object-store sources carry options, never a live client
     key: str
     size: int
     cache_key: str
@@ -99,11 +100,11 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
 
     started = time.perf_counter()
     try:
-        source = open_source(request.source_uri)
-        with source.open(request.key) as raw:
+        with request.source.open(request.key) as raw:
             tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
-        error = {"message": str(exc), "kind": type(exc).__name__}
+        # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
+        error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
         cache.write_error(request.cache_key, error)
         return {"error": error["message"]}
     parse_s = time.perf_counter() - started
@@ -181,9 +182,15 @@ def _run_guarded(request: IngestRequest) -> dict[str, Any]:
 # ---- in the server process -------------------------------------------------------------------
 class IngestManager:
     def __init__(
-        self, cache: TraceCache, workers: int, max_trace_bytes: int, metrics: IngestMetrics | None = None
+        self,
+        cache: TraceCache,
+        workers: int,
+        max_trace_bytes: int,
+        source_for: Callable[[str], Source],
+        metrics: IngestMetrics | None = None,
     ) -> None:
         self.cache = cache
+        self.source_for = source_for  # a trace's root URI -> the Source that reads it
         self.metrics = metrics
         self.workers = max(1, workers)
         self.max_trace_bytes = max_trace_bytes
@@ -274,7 +281,7 @@ class IngestManager:
             if state.attempts == 1 and self.metrics is not None:
                 self.metrics.on_start()
             request = IngestRequest(
-                source_uri=trace.source,
+                source=self.source_for(trace.source),
                 key=trace.key,
                 size=trace.info.size,
                 cache_key=key,
