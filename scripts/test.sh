@@ -18,5 +18,8 @@ if [ ! -x tests/storage/node_modules/.bin/azurite-blob ]; then
   npm ci --prefix tests/storage --no-audit --no-fund --loglevel=error
 fi
 
+# podman and a local base image for the container test (tests/container): no Docker engine needed.
+eval "$(bash scripts/podman-setup.sh)"
+
 export PROFSCOPE_CORPUS="${PROFSCOPE_CORPUS:-$(pwd)/../shared/corpus}"
 exec python3 -m pytest -q "$@"
