@@ -144,3 +144,28 @@ def test_index_shards_fill_one_cache_that_serve_uses(tmp_path: Path) -> None:
 def test_index_rejects_a_bad_shard(tmp_path: Path) -> None:
     bad = _index(tmp_path, tmp_path / "cache", "--shard", "2/2")
     assert bad.wait(timeout=60) == 2 and "need 0 <= I < N" in bad.communicate()[1]
+
+
+def test_every_setting_is_a_flag_an_environment_variable_and_documented() -> None:
+    import argparse
+    import inspect
+
+    from conftest import REPO
+    from profscope import cli
+
+    readme = (REPO / "README.md").read_text()
+    source = inspect.getsource(cli)
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("serve", "index"):
+        for action in commands.choices[command]._actions:
+            if action.dest in ("help", "shard"):
+                continue
+            flag = action.option_strings[0] if action.option_strings else None
+            variable = "ROOTS" if action.dest == "roots" else action.dest.upper()
+            if action.dest == "root":  # index's ROOT is positional on purpose: one root per index
+                continue
+            assert f'env("{variable}"' in source or f'env_flag("{variable}"' in source, (command, action.dest)
+            assert f"PROFSCOPE_{variable}" in readme, (command, variable)
+            if flag:
+                assert f"`{flag}`" in readme, (command, flag)
+    assert "PROFSCOPE_SHARD_COUNT" in readme and "JOB_COMPLETION_INDEX" in readme

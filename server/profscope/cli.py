@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="PREFIX=REPLACEMENT",
-        help="rewrite a frame path prefix to a repository path for {relpath} (repeatable)",
+        help="rewrite a frame path prefix to a repository path for {relpath} (repeatable; "
+        "PROFSCOPE_SOURCE_PATH_MAP takes a comma-separated list)",
     )
     serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
     serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
@@ -204,7 +205,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     env_roots = [r.strip() for r in (env("ROOTS") or "").split(",") if r.strip()]
     roots = args.roots or env_roots or [str(demo_traces())]
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
-    path_map = [tuple(item.split("=", 1)) for item in (args.source_path_map or []) if "=" in item]
+    path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
+    path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
     return Settings(
         roots=roots,
         host=args.host,
