@@ -83,7 +83,8 @@ def _registered_paths() -> set[str]:
 def _requests(base: str, source_root: Path, headers: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
     """(method, path, query) for every OpenAPI operation, every page, every static file."""
     spec = httpx.get(f"{base}/openapi.json", headers=headers).json()
-    values = {"run": "cpu", "name": "aten::mm", "path": str(source_root / "train.py")}
+    # a valid value for every required parameter of any route (the Trace view's too: slice 0, a search)
+    values = {"run": "cpu", "name": "aten::mm", "path": str(source_root / "train.py"), "id": "0", "q": "aten"}
     requests = []
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
