@@ -11,5 +11,15 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+if [ ! -x tests/storage/node_modules/.bin/azurite-blob ]; then
+  # Azurite (Azure Blob emulator) for tests/storage, pinned by tests/storage/package-lock.json.
+  command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+  npm ci --prefix tests/storage --no-audit --no-fund --loglevel=error
+fi
+
+# podman and a local base image for the container test (tests/container): no Docker engine needed.
+eval "$(bash scripts/podman-setup.sh)"
+
 export PROFSCOPE_CORPUS="${PROFSCOPE_CORPUS:-$(pwd)/../shared/corpus}"
 exec python3 -m pytest -q "$@"

@@ -1,8 +1,9 @@
-"""The FastAPI application: routers, static assets, security headers, health endpoints."""
+"""The FastAPI application: routers, static assets, security headers, access control, health and metrics."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,13 +12,16 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from profscope import __version__
+from profscope import __version__, auth
 from profscope.api import runs, source, timeline, views
 from profscope.assets import plotly_js, web_dir
 from profscope.config import Settings
+from profscope.logs import ACCESS_LOGGER
+from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
 
 log = logging.getLogger("profscope")
+access_log = logging.getLogger(ACCESS_LOGGER)
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -26,9 +30,11 @@ CONTENT_SECURITY_POLICY = (
 
 
 def create_app(settings: Settings) -> FastAPI:
+    metrics = Metrics()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = Profscope(settings)
+        state = Profscope(settings, metrics)
         app.state.profscope = state
         state.start()
         try:
@@ -46,6 +52,10 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
+    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > access control > gzip.
+    if settings.access_control:
+        app.state.access_control = auth.AccessControl(settings)
+        app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
@@ -54,6 +64,34 @@ def create_app(settings: Settings) -> FastAPI:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "same-origin")
         return response
+
+    @app.middleware("http")
+    async def observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            seconds = time.perf_counter() - started
+            route = route_template(request, status)
+            metrics.observe_request(request.method, route, status, seconds)
+            access_log.info(
+                "%s %s %d %.1fms",
+                request.method,
+                request.url.path,
+                status,
+                seconds * 1000,
+                extra={
+                    "method": request.method,
+                    "route": route,
+                    "path": request.url.path,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "user": getattr(request.state, "user", None),
+                },
+            )
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
@@ -65,6 +103,10 @@ def create_app(settings: Settings) -> FastAPI:
         ready = state.scans > 0
         return JSONResponse({"ready": ready, "scans": state.scans}, status_code=200 if ready else 503)
 
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
     def plotly_bundle() -> FileResponse:
         return FileResponse(
@@ -75,9 +117,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(views.router)
     app.include_router(source.router)
     app.include_router(timeline.router)
+    app.include_router(auth.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 
     from profscope import pages
 
     app.include_router(pages.router)
     return app
+
+
+def route_template(request: Request, status: int) -> str:
+    """The route's path template (``/api/overview``, ``/{page}``, ``/static``): a bounded metrics label."""
+    route = request.scope.get("route")
+    if route is not None and getattr(route, "path", None):
+        return route.path
+    if request.scope.get("root_path"):  # a mount (static files)
+        return request.scope["root_path"]
+    return "<refused>" if status in (401, 403) else "<unmatched>"

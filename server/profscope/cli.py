@@ -1,16 +1,19 @@
-"""Command line: ``profscope serve [ROOT ...]`` and ``profscope ingest FILE ...``."""
+"""Command line: ``profscope serve [ROOT ...]``, ``profscope index ROOT`` and ``profscope ingest FILE ...``."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 
 from profscope import __version__
-from profscope.config import Settings, default_cache_dir, env
+from profscope.config import Settings, default_cache_dir, env, env_flag
+from profscope.logs import configure_logging
+from profscope.sources.base import StorageOptions, redact
 
 
 def _int_env(name: str, default: int) -> int:
@@ -33,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         "roots",
         nargs="*",
         metavar="ROOT",
-        help="folders of traces to serve (searched recursively); with none, the built-in demo run is served",
+        help="folders or buckets of traces to serve (searched recursively): a path, s3://BUCKET/PREFIX, "
+        "gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX; "
+        "with none, PROFSCOPE_ROOTS (comma-separated); with neither, the built-in demo run is served",
     )
     serve.add_argument(
         "--host",
@@ -83,10 +88,63 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="PREFIX=REPLACEMENT",
-        help="rewrite a frame path prefix to a repository path for {relpath} (repeatable)",
+        help="rewrite a frame path prefix to a repository path for {relpath} (repeatable; "
+        "PROFSCOPE_SOURCE_PATH_MAP takes a comma-separated list)",
     )
     serve.add_argument("--source-rev", default=env("SOURCE_REV", "main"), help="{rev} in --source-link (default main)")
     serve.add_argument("--log-level", default=env("LOG_LEVEL", "info"), help="debug, info, warning or error")
+    _add_storage_arguments(serve)
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=env("LOG_FORMAT", "text"),
+        help="text (default) or json: one JSON object per line, one line per request with route, status, duration",
+    )
+    serve.add_argument(
+        "--auth-token",
+        default=env("AUTH_TOKEN", ""),
+        help="require this token (Authorization: Bearer, or pasted once into /login for a browser cookie); "
+        "prefer the environment variable PROFSCOPE_AUTH_TOKEN, which process listings do not show",
+    )
+    serve.add_argument(
+        "--trust-proxy-header",
+        default=env("TRUST_PROXY_HEADER", ""),
+        metavar="HEADER",
+        help="e.g. X-Forwarded-User: an authenticating proxy in front sets it, requests without it are refused",
+    )
+    serve.add_argument(
+        "--public-metrics",
+        action="store_true",
+        default=env_flag("PUBLIC_METRICS"),
+        help="leave /metrics open when access control is on (it holds counts, no trace data)",
+    )
+
+    indexer = commands.add_parser(
+        "index",
+        help="parse every trace under a root into a cache directory that servers then share",
+        description="Parse every trace under ROOT (or the shard --shard I/N of them, by a hash of the object key) "
+        "into --cache-dir, so that `profscope serve ROOT --cache-dir DIR` serves them without parsing. Name ROOT "
+        "exactly as the servers do: cache entries are keyed by the root, the object, its version and the parser.",
+    )
+    indexer.add_argument("root", metavar="ROOT", help="folder or bucket URI, as the servers name it")
+    indexer.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(env("CACHE_DIR") or default_cache_dir()),
+        help="the cache directory the servers use (a shared volume)",
+    )
+    indexer.add_argument(
+        "--shard",
+        default=env("SHARD") or _indexed_job_shard(),
+        metavar="I/N",
+        help="parse only shard I of N (0 <= I < N); default: JOB_COMPLETION_INDEX/PROFSCOPE_SHARD_COUNT inside a "
+        "Kubernetes Indexed Job, else everything",
+    )
+    indexer.add_argument(
+        "--max-trace-bytes", type=int, default=_int_env("MAX_TRACE_BYTES", 64 << 30),
+        help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
+    )  # fmt: skip
+    _add_storage_arguments(indexer)
 
     ingest = commands.add_parser(
         "ingest",
@@ -98,12 +156,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
+    storage = parser.add_argument_group("object storage", "s3://, gs://, az:// and https://ACCOUNT.blob... roots")
+    storage.add_argument(
+        "--s3-endpoint-url",
+        default=env("S3_ENDPOINT_URL") or None,
+        help="S3-compatible endpoint (MinIO, Ceph, R2...), e.g. http://minio:9000; default: AWS_ENDPOINT_URL, "
+        "else AWS",
+    )
+    storage.add_argument(
+        "--azure-account-url",
+        default=env("AZURE_ACCOUNT_URL") or None,
+        help="Blob endpoint replacing https://ACCOUNT.blob.core.windows.net (Azurite, sovereign clouds)",
+    )
+    storage.add_argument(
+        "--storage-timeout",
+        type=float,
+        default=float(env("STORAGE_TIMEOUT") or 20.0),
+        help="seconds to wait for a connection or for one read from object storage (default 20)",
+    )
+    storage.add_argument(
+        "--storage-attempts",
+        type=int,
+        default=_int_env("STORAGE_ATTEMPTS", 5),
+        help="tries per storage request on throttling, 5xx and connection errors, with exponential backoff "
+        "(default 5)",
+    )
+
+
+def _storage_options(args: argparse.Namespace) -> StorageOptions:
+    return StorageOptions(
+        s3_endpoint_url=args.s3_endpoint_url,
+        azure_account_url=args.azure_account_url,
+        timeout_s=args.storage_timeout,
+        attempts=max(1, args.storage_attempts),
+    )
+
+
+def _indexed_job_shard() -> str | None:
+    """``I/N`` from a Kubernetes Indexed Job (JOB_COMPLETION_INDEX) and PROFSCOPE_SHARD_COUNT."""
+    index, count = os.environ.get("JOB_COMPLETION_INDEX"), env("SHARD_COUNT")
+    return f"{index}/{count}" if index is not None and count else None
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     from profscope.assets import demo_traces
 
-    roots = args.roots or [str(demo_traces())]
+    env_roots = [r.strip() for r in (env("ROOTS") or "").split(",") if r.strip()]
+    roots = args.roots or env_roots or [str(demo_traces())]
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
-    path_map = [tuple(item.split("=", 1)) for item in (args.source_path_map or []) if "=" in item]
+    path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
+    path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
     return Settings(
         roots=roots,
         host=args.host,
@@ -116,6 +219,11 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         source_link_template=args.source_link,
         source_path_map=path_map,  # type: ignore[arg-type]
         source_revision=args.source_rev,
+        log_format=args.log_format,
+        auth_token=args.auth_token,
+        trust_proxy_header=args.trust_proxy_header.strip(),
+        public_metrics=args.public_metrics,
+        storage=_storage_options(args),
     )
 
 
@@ -124,21 +232,49 @@ def serve(args: argparse.Namespace) -> int:
 
     from profscope.app import create_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = _settings_from(args)
+    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
     app = create_app(settings)
-    print(
-        f"profscope {__version__}: serving {', '.join(settings.roots)} on http://{settings.host}:{settings.port}",
-        flush=True,
-    )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower())
+    access = []
+    if settings.auth_token:
+        access.append("token")
+    if settings.trust_proxy_header:
+        access.append(f"proxy header {settings.trust_proxy_header}")
+    roots = ", ".join(redact(root) for root in settings.roots)  # a SAS token in a URL is a credential
+    logging.getLogger("profscope").info(
+        "profscope %s: serving %s on http://%s:%d (access control: %s)",
+        __version__, roots, settings.host, settings.port, " or ".join(access) or "none",
+    )  # fmt: skip
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
+        access_log=False,
+    )  # fmt: skip
     return 0
+
+
+def index(args: argparse.Namespace) -> int:
+    from profscope.indexer import index_root, parse_shard
+
+    configure_logging("info", env("LOG_FORMAT", "text") or "text")
+    try:
+        shard = parse_shard(args.shard) if args.shard else (0, 1)
+    except ValueError as exc:
+        print(f"profscope index: {exc}", file=sys.stderr)
+        return 2
+    report = index_root(
+        args.root, args.cache_dir, shard=shard, max_trace_bytes=args.max_trace_bytes, storage=_storage_options(args)
+    )
+    print(json.dumps(report.to_json()), flush=True)
+    for failure in report.failures:
+        print(f"failed: {failure['file']}: {failure['message']}", file=sys.stderr)
+    return 1 if report.failures else 0
 
 
 def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
+    from profscope.sources import LocalSource
 
     map_large_arrays_directly()  # as the worker processes do
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
@@ -147,7 +283,7 @@ def ingest(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = run_ingest(
             IngestRequest(
-                source_uri=str(path.resolve().parent),
+                source=LocalSource(path.resolve().parent),
                 key=path.name,
                 size=path.stat().st_size,
                 cache_key=f"cli-{path.name}",
@@ -165,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "index":
+        return index(args)
     return ingest(args)
 
 

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profscope.sources.base import StorageOptions
+
 
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -26,6 +28,15 @@ class Settings:
     source_path_map: list[tuple[str, str]] = field(default_factory=list)  # (trace prefix, repo prefix)
     source_revision: str = "main"
     eager_ingest: bool = True
+    storage: StorageOptions = field(default_factory=StorageOptions)  # endpoints, timeouts, retries
+    log_format: str = "text"  # text | json (one JSON object per line)
+    auth_token: str = field(default="", repr=False)  # when set: requests need it (bearer or login cookie)
+    trust_proxy_header: str = ""  # e.g. X-Forwarded-User: requests without it are refused
+    public_metrics: bool = False  # /metrics open even when access control is on
+
+    @property
+    def access_control(self) -> bool:
+        return bool(self.auth_token or self.trust_proxy_header)
 
     @property
     def traces_cache(self) -> Path:
@@ -34,3 +45,7 @@ class Settings:
 
 def env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"PROFSCOPE_{name}", default)
+
+
+def env_flag(name: str) -> bool:
+    return (env(name) or "").strip().lower() in ("1", "true", "yes", "on")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -13,61 +14,127 @@ from profscope.cache import TraceCache
 from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager
-from profscope.sources import Source, SourceError, open_source
+from profscope.metrics import Metrics
+from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
 
 log = logging.getLogger("profscope.state")
 
 
+TRANSIENT_RETRY_SCANS = 6  # a trace whose read failed on a storage error is read again after this many rescans
+
+
 @dataclass
 class RootStatus:
-    uri: str
+    uri: str  # as shown: never holds a credential
     label: str
     source: Source | None
     error: str | None = None
-    listed_at: float = 0.0
-    object_count: int = 0
+    listed_at: float = 0.0  # time of the last successful listing
+    objects: list[ObjectInfo] = field(default_factory=list)  # that listing, served while the store is down
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.uri,
+            "error": self.error,
+            "objects": len(self.objects),
+            "listed_at": self.listed_at or None,
+            "stale": bool(self.error and self.listed_at),  # runs shown are from the last good listing
+        }
+
+
+def _display_uri(uri: str, source: Source | None) -> str:
+    if source is None or isinstance(source, LocalSource):
+        return redact(uri)
+    return source.uri
 
 
 class Profscope:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
-        self.ingest = IngestManager(self.cache, settings.workers, settings.max_trace_bytes)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
-            label = PurePosixPath(uri.rstrip("/")).name or uri
+            source: Source | None = None
+            error = None
             try:
-                source = open_source(uri, exclude=[Path(settings.cache_dir)])
-                self.roots.append(RootStatus(uri=uri, label=label, source=source))
+                source = open_source(uri, exclude=[Path(settings.cache_dir)], options=settings.storage)
             except SourceError as exc:
-                self.roots.append(RootStatus(uri=uri, label=label, source=None, error=str(exc)))
+                error = str(exc)
+            shown = _display_uri(uri, source)
+            label = self._unique_label(shown)
+            self.roots.append(RootStatus(uri=shown, label=label, source=source, error=error))
+        self._sources = {root.source.uri: root.source for root in self.roots if root.source is not None}
+        self.ingest = IngestManager(
+            self.cache,
+            settings.workers,
+            settings.max_trace_bytes,
+            source_for=self._sources.__getitem__,
+            metrics=self.metrics.ingest,
+        )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.scans = 0
+        self.metrics.watch(self)
+
+    def _unique_label(self, shown: str) -> str:
+        """The root's last folder name (its runs are named LABEL/folder when there are several roots);
+        two roots ending in the same name (s3://a/runs, gs://b/runs) keep more of their path."""
+        path = PurePosixPath(shown.split("://", 1)[-1].rstrip("/"))
+        taken = {root.label for root in self.roots}
+        for depth in range(1, len(path.parts) + 1):
+            label = "/".join(path.parts[-depth:]).lstrip("/")
+            if label and label not in taken:
+                return label
+        return f"{path.name or shown}~{len(self.roots) + 1}"
 
     # ---- catalog -------------------------------------------------------------------------------
     def rescan(self) -> None:
-        listings = []
-        for root in self.roots:
-            if root.source is None:
-                continue
-            try:
-                objects = root.source.list()
-            except (SourceError, OSError) as exc:
-                root.error = f"cannot list {root.uri}: {exc}"
-                continue
-            root.error, root.listed_at, root.object_count = None, time.time(), len(objects)
-            listings.append((root.label, root.source.uri, objects))
+        """List every root again (in parallel); a root that fails keeps its last listing and says why."""
+        listed = [root for root in self.roots if root.source is not None]
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
+            recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
+        listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
         runs = build_runs(listings)
         with self._lock:
             self._runs = runs
         self.scans += 1
+        self._retry_storage_failures(runs, {root.source.uri for root in recovered})
         if self.settings.eager_ingest:
             for run in runs.values():
                 for trace in run.traces():
                     self.ingest.request(trace)
+
+    def _list_root(self, root: RootStatus) -> bool:
+        """List one root; True when it is readable again after a failed listing."""
+        assert root.source is not None
+        try:
+            objects = root.source.list()
+        except (SourceError, OSError) as exc:
+            message = str(exc) if isinstance(exc, SourceError) else f"cannot list {root.uri}: {exc}"
+            if message != root.error:
+                log.warning("listing failed: %s", message)
+            root.error = message
+            return False
+        recovered = root.error is not None and root.listed_at > 0
+        if recovered:
+            log.warning("%s is readable again", root.uri)
+        root.error, root.listed_at, root.objects = None, time.time(), objects
+        return recovered
+
+    def _retry_storage_failures(self, runs: dict[str, Run], recovered_roots: set[str]) -> None:
+        """Read again traces whose read failed on a storage error (not on their content)."""
+        now = time.time()
+        retry_after_s = TRANSIENT_RETRY_SCANS * self.settings.rescan_seconds
+        for run in runs.values():
+            for trace in run.traces():
+                error = self.cache.error(trace.cache_key)
+                if not error or error.get("kind") != "SourceError":
+                    continue
+                if trace.source in recovered_roots or now - float(error.get("at", 0)) >= retry_after_s:
+                    self.ingest.retry(trace)
 
     def start(self) -> None:
         self.rescan()

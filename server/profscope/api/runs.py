@@ -11,13 +11,18 @@ from profscope.catalog import Run, TraceFile
 router = APIRouter(prefix="/api", tags=["runs"])
 
 
-@router.get("/runs", summary="All runs with their state, workers, spans, views and errors")
+@router.get(
+    "/runs",
+    summary="All runs with their state, workers, spans, views and errors; each root with its listing status",
+    description="A root whose listing fails keeps serving the runs of its last good listing: it has an `error` "
+    "and `stale: true`, and recovers by itself at a later listing.",
+)
 def list_runs(request: Request) -> Response:
     state = get_state(request)
     return json_response(
         {
             "runs": [state.run_status(run) for run in state.runs().values()],
-            "roots": [{"root": r.uri, "error": r.error, "objects": r.object_count} for r in state.roots],
+            "roots": [root.to_json() for root in state.roots],
         }
     )
 

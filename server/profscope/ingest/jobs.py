@@ -16,17 +16,21 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
 from profscope.catalog import TraceFile
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
-from profscope.sources import SourceError, open_source
+from profscope.sources import Source, SourceError
+
+if TYPE_CHECKING:
+    from profscope.metrics import IngestMetrics
 
 log = logging.getLogger("profscope.ingest")
 
@@ -36,7 +40,7 @@ _progress_queue: Any = None
 
 @dataclass(frozen=True)
 class IngestRequest:
-    source_uri: str
+    source: Source  # pickled to the worker; object-store sources carry options, never a live client
     key: str
     size: int
     cache_key: str
@@ -96,11 +100,11 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
 
     started = time.perf_counter()
     try:
-        source = open_source(request.source_uri)
-        with source.open(request.key) as raw:
+        with request.source.open(request.key) as raw:
             tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
-        error = {"message": str(exc), "kind": type(exc).__name__}
+        # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
+        error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
         cache.write_error(request.cache_key, error)
         return {"error": error["message"]}
     parse_s = time.perf_counter() - started
@@ -194,8 +198,17 @@ def _run_guarded(request: IngestRequest) -> dict[str, Any]:
 
 # ---- in the server process -------------------------------------------------------------------
 class IngestManager:
-    def __init__(self, cache: TraceCache, workers: int, max_trace_bytes: int) -> None:
+    def __init__(
+        self,
+        cache: TraceCache,
+        workers: int,
+        max_trace_bytes: int,
+        source_for: Callable[[str], Source],
+        metrics: IngestMetrics | None = None,
+    ) -> None:
         self.cache = cache
+        self.source_for = source_for  # a trace's root URI -> the Source that reads it
+        self.metrics = metrics
         self.workers = max(1, workers)
         self.max_trace_bytes = max_trace_bytes
         self._context = multiprocessing.get_context("spawn")
@@ -260,6 +273,11 @@ class IngestManager:
         with self._lock:
             return len(self._running) + len(self._pending)
 
+    def load(self) -> tuple[int, int]:
+        """(traces being parsed now, traces waiting for a worker)."""
+        with self._lock:
+            return len(self._running), len(self._pending)
+
     # ---- internals -----------------------------------------------------------------------------
     def _ensure_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -277,8 +295,10 @@ class IngestManager:
             state = self._states[key]
             state.state, state.started = "parsing", time.time()
             state.attempts += 1
+            if state.attempts == 1 and self.metrics is not None:
+                self.metrics.on_start()
             request = IngestRequest(
-                source_uri=trace.source,
+                source=self.source_for(trace.source),
                 key=trace.key,
                 size=trace.info.size,
                 cache_key=key,
@@ -321,16 +341,23 @@ class IngestManager:
                     self.cache.write_error(key, {"message": reason, "kind": "WorkerDied"})
                     state.state, state.message = "error", reason
                     self.counters["failed"] += 1
+                    self._report_end(state, ok=False)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 self.counters["failed"] += 1
                 if not self.cache.error(key):
                     self.cache.write_error(key, {"message": result["error"], "kind": "InternalError"})
+                self._report_end(state, ok=False)
             else:
                 state.state, state.bytes_done = "ready", trace.info.size
                 self.counters["ingested"] += 1
                 self.durations.append(float(result.get("total_s", 0.0)))
+                self._report_end(state, ok=True)
             self._pump()
+
+    def _report_end(self, state: IngestState, ok: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.on_end(time.time() - state.started, ok)
 
     def _drain_progress(self) -> None:
         while True:

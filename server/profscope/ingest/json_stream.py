@@ -22,6 +22,8 @@ from typing import IO, Any, TypeVar
 
 import msgspec
 
+from profscope.sources.base import SourceError
+
 T = TypeVar("T")
 
 CHUNK_BYTES = 8 << 20
@@ -87,6 +89,8 @@ class LimitedReader:
     def read(self, n: int) -> bytes:
         try:
             data = self._stream.read(n)
+        except SourceError:  # the storage failed, not the file: say so, and let it be retried
+            raise
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(
                 f"cannot decompress the file after {self.total:,} bytes: {exc} (truncated or corrupt gzip?)"
