@@ -11,7 +11,7 @@ from pathlib import Path
 
 from profscope import __version__
 from profscope.config import Settings, default_cache_dir, env
-from profscope.sources.base import StorageOptions, redact
+from profscope.sources.base import RedactSecrets, StorageOptions, redact
 
 
 def _int_env(name: str, default: int) -> int:
@@ -159,6 +159,8 @@ def serve(args: argparse.Namespace) -> int:
     from profscope.app import create_app
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RedactSecrets())
     if args.log_level.lower() != "debug":  # the storage SDKs log every request at INFO
         for noisy in ("azure", "botocore", "boto3", "urllib3", "google"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -90,7 +90,7 @@ class Profscope:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
-        runs = build_runs(listings)
+        runs = build_runs(listings, several=len(self.roots) > 1)
         with self._lock:
             self._runs = runs
         self.scans += 1

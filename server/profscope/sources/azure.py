@@ -215,7 +215,8 @@ class AzureSource:
 
         endpoint = self._endpoint()
         status = int(getattr(exc, "status_code", 0) or 0)
-        code = str(getattr(exc, "error_code", "") or "")
+        code = getattr(exc, "error_code", None) or ""
+        code = str(getattr(code, "value", code))  # a StorageErrorCode enum or a plain string
         if isinstance(exc, azure.ResourceNotFoundError) or status == 404:
             if code == "ContainerNotFound" or key is None:
                 return f"the container {self.container} does not exist at {endpoint}"

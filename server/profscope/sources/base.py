@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import IO, Protocol
@@ -76,3 +77,16 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)
     return text
+
+
+class RedactSecrets(logging.Filter):
+    """Scrubs SAS parameters, keys and signatures from every record (urllib3 logs full URLs at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:  # the traceback's text is what a handler prints
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
