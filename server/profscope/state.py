@@ -105,8 +105,8 @@ class Profscope:
         assert root.source is not None
         try:
             objects = root.source.list()
-        except (SourceError, OSError) as exc:
-            message = str(exc) if isinstance(exc, SourceError) else f"cannot list {root.uri}: {exc}"
+        except Exception as exc:  # whatever a storage SDK raises, the other roots and the server go on
+            message = str(exc) if isinstance(exc, SourceError) else redact(f"cannot list {root.uri}: {exc}")
             if message != root.error:
                 log.warning("listing failed: %s", message)
             root.error = message

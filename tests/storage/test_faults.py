@@ -75,49 +75,18 @@ def test_store_stopped_keeps_parsed_runs_and_recovers_when_it_returns(
             assert root["stale"] is True and root["objects"] == len(TINY)
             assert _parsed(base), "runs listed before the store stopped are still shown"
             assert _overview(base).json() == before
-            assert alive(base.process.pid)
-            _runs_page_shows(base, root["error"], reachable=False)
+            assert alive(base.process.pid)  # the runs page in this state: tests/browser/test_storage_status.py
 
             store.start()  # same port; moto starts empty: the same objects are put back
             client.create_bucket(Bucket="stopping")
             _upload_tiny(client, "stopping")
-            wait_for(lambda: _root(base)["error"] is None, timeout=60)
+            # a listing may catch the restarted store before every object is back: wait for all of them
+            wait_for(lambda: (r := _root(base))["error"] is None and r["objects"] == len(TINY), timeout=60)
             assert _root(base)["stale"] is False
-            assert _parsed(base)  # same ETags, same cache keys: nothing to parse again
-            assert _overview(base).json() == before
-            _runs_page_shows(base, None, reachable=True)
+            wait_for(lambda: _parsed(base), timeout=10)
+            assert _overview(base).json() == before  # same ETags, same cache keys: the same cached payload
     finally:
         store.stop()
-
-
-def _runs_page_shows(base: str, error: str | None, reachable: bool) -> None:
-    """The runs page in real Chromium: the root's problem above the (still listed, still linked) runs."""
-    from playwright.sync_api import sync_playwright
-
-    from browser.support import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, screenshot, watch_page
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = chromium.new_page(viewport=VIEWPORT)
-        errors: list[str] = []
-        watch_page(page, errors)
-        page.goto(f"{base}/")
-        page.locator("[data-run='tinygpt'] a.run-name").wait_for()
-        if reachable:
-            assert page.locator("#root-errors [data-testid=error]").count() == 0
-        else:
-            box = page.locator("#root-errors [data-testid=error]")
-            box.wait_for()
-            assert box.locator("strong").inner_text() == "Cannot list s3://stopping/runs"
-            assert box.locator(".message").inner_text() == error
-            status = box.locator("[data-testid=root-status]").inner_text()
-            assert status.startswith(f"Showing the {len(TINY)} files listed at ") and "Retrying automatically" in status
-            screenshot(page, "storage-root-down")
-            page.click("[data-run='tinygpt'] a.run-name")
-            page.wait_for_url("**/overview?run=tinygpt*")
-            page.get_by_test_id("environment").wait_for()  # the overview of the parsed run, while the store is down
-        chromium.close()
-        assert not errors, errors
 
 
 def test_store_answering_500_shows_the_status_and_recovers(proxied_s3: tuple[FaultProxy, str], tmp_path: Path) -> None:
