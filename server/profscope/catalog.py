@@ -135,10 +135,14 @@ def _stem(name: str) -> str:
     return name
 
 
-def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, Run]:
-    """Runs from ``(root label, root uri, objects)`` listings; several roots get prefixed names."""
+def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool | None = None) -> dict[str, Run]:
+    """Runs from ``(root label, root uri, objects)`` listings; several roots get prefixed names.
+
+    ``several`` says whether more roots are configured than listed (one may be down): run names
+    must not change when a root comes and goes, or shared links would break.
+    """
     runs: dict[str, Run] = {}
-    several = len(listings) > 1
+    several = len(listings) > 1 if several is None else several
     for label, uri, objects in listings:
         for info in objects:
             found = classify(info.key)

@@ -161,8 +161,7 @@ def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     storage.add_argument(
         "--s3-endpoint-url",
         default=env("S3_ENDPOINT_URL") or None,
-        help="S3-compatible endpoint (MinIO, Ceph, R2...), e.g. http://minio:9000; default: AWS_ENDPOINT_URL, "
-        "else AWS",
+        help="S3-compatible endpoint (MinIO, Ceph, R2...), e.g. http://minio:9000; default: AWS_ENDPOINT_URL, else AWS",
     )
     storage.add_argument(
         "--azure-account-url",
@@ -179,8 +178,7 @@ def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
         "--storage-attempts",
         type=int,
         default=_int_env("STORAGE_ATTEMPTS", 5),
-        help="tries per storage request on throttling, 5xx and connection errors, with exponential backoff "
-        "(default 5)",
+        help="tries per storage request on throttling, 5xx and connection errors, with exponential backoff (default 5)",
     )
 
 

@@ -57,6 +57,8 @@ class RedactSecrets(logging.Filter):
         cleaned = redact(message, tuple(self.secrets))  # also SAS signatures and account keys in URLs
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:  # the traceback's text is what a handler prints
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), tuple(self.secrets))
         return True
 
 

@@ -97,7 +97,7 @@ class Profscope:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
-        runs = build_runs(listings)
+        runs = build_runs(listings, several=len(self.roots) > 1)
         with self._lock:
             self._runs = runs
         self.scans += 1
@@ -112,8 +112,8 @@ class Profscope:
         assert root.source is not None
         try:
             objects = root.source.list()
-        except (SourceError, OSError) as exc:
-            message = str(exc) if isinstance(exc, SourceError) else f"cannot list {root.uri}: {exc}"
+        except Exception as exc:  # whatever a storage SDK raises, the other roots and the server go on
+            message = str(exc) if isinstance(exc, SourceError) else redact(f"cannot list {root.uri}: {exc}")
             if message != root.error:
                 log.warning("listing failed: %s", message)
             root.error = message

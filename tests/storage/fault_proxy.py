@@ -18,6 +18,7 @@ class FaultProxy:
         parts = urlsplit(upstream)
         self.upstream_host, self.upstream_port = parts.hostname or "127.0.0.1", parts.port or 80
         self.mode = "pass"  # pass | fail | delay
+        self.only_paths = ""  # when set, faults hit only requests whose path contains it
         self.delay_s = 0.0
         self.cut_after_bytes = 0  # > 0: the next `cuts_left` bodies larger than this are cut there
         self.cuts_left = 0
@@ -53,6 +54,8 @@ class FaultProxy:
         with self._lock:
             self.requests += 1
             mode, delay_s = self.mode, self.delay_s
+            if self.only_paths and self.only_paths not in handler.path:
+                mode = "pass"
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
         if mode == "fail":

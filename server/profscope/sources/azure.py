@@ -49,7 +49,9 @@ class AzureSource:
             parts = urlsplit(uri)
             host = parts.hostname or ""
             if ".blob." not in host:
-                raise SourceError(f"{parts.scheme}://{host}: not an Azure Blob URL (https://ACCOUNT.blob.core.windows.net/...)")
+                raise SourceError(
+                    f"{parts.scheme}://{host}: not an Azure Blob URL (https://ACCOUNT.blob.core.windows.net/...)"
+                )
             self.account = host.split(".", 1)[0]
             self._account_url = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
             self._sas = parts.query or None
@@ -126,8 +128,8 @@ class AzureSource:
                 else fields.get("sharedaccesssignature")
             )
             return self._service(BlobServiceClient, credential, options, fields)
-        self.account = self.account or os.environ.get("AZURE_STORAGE_ACCOUNT") or os.environ.get(
-            "AZURE_STORAGE_ACCOUNT_NAME"
+        self.account = (
+            self.account or os.environ.get("AZURE_STORAGE_ACCOUNT") or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
         )
         if not self.account:
             raise SourceError(
@@ -201,9 +203,7 @@ class AzureSource:
             etag[:] = [downloader.properties.etag]
             return downloader
 
-        return ObjectStream(
-            open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts
-        )  # type: ignore[return-value]
+        return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:
@@ -215,7 +215,8 @@ class AzureSource:
 
         endpoint = self._endpoint()
         status = int(getattr(exc, "status_code", 0) or 0)
-        code = str(getattr(exc, "error_code", "") or "")
+        code = getattr(exc, "error_code", None) or ""
+        code = str(getattr(code, "value", code))  # a StorageErrorCode enum or a plain string
         if isinstance(exc, azure.ResourceNotFoundError) or status == 404:
             if code == "ContainerNotFound" or key is None:
                 return f"the container {self.container} does not exist at {endpoint}"

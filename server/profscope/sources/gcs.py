@@ -95,8 +95,10 @@ class GCSSource:
 
     def stat(self, key: str) -> ObjectInfo:
         try:
-            blob = self._gcs().bucket(self.bucket).get_blob(
-                self.prefix + key, retry=self._retry(), timeout=self._timeout()
+            blob = (
+                self._gcs()
+                .bucket(self.bucket)
+                .get_blob(self.prefix + key, retry=self._retry(), timeout=self._timeout())
             )
         except SourceError:
             raise
@@ -118,9 +120,7 @@ class GCSSource:
                 reader.seek(offset)
             return reader
 
-        return ObjectStream(
-            open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts
-        )  # type: ignore[return-value]
+        return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:
@@ -137,8 +137,10 @@ class GCSSource:
             gave_up = f" (gave up after retrying for {self.options.backoff_budget_s() + self.options.timeout_s:g} s)"
             exc = exc.cause
         if isinstance(exc, google.NotFound):
-            return "no such object (deleted since it was listed?)" if key else (
-                f"the bucket {self.bucket} does not exist at {endpoint}"
+            return (
+                "no such object (deleted since it was listed?)"
+                if key
+                else (f"the bucket {self.bucket} does not exist at {endpoint}")
             )
         if isinstance(exc, google.Unauthorized | google.Forbidden):
             who = "anonymous requests are" if self._anonymous else "the application default credentials are"

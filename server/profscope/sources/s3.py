@@ -111,9 +111,7 @@ class S3Source:
             etag[:] = [response["ETag"]]
             return response["Body"]
 
-        return ObjectStream(
-            open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts
-        )  # type: ignore[return-value]
+        return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:

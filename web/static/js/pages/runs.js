@@ -122,17 +122,24 @@ function runRow(run) {
   );
 }
 
+function rootError(root) {
+  const since = root.listed_at ? new Date(root.listed_at * 1000).toLocaleTimeString() : null;
+  const status = since
+    ? `Showing the ${fmtInt(root.objects)} files listed at ${since}; parsed runs stay readable.`
+    : "No runs from this root until it can be listed.";
+  return errorBox({
+    title: `Cannot list ${root.root}`,
+    message: root.error,
+    action: el("div", { class: "faint", "data-testid": "root-status", text: `${status} Retrying automatically.` }),
+  });
+}
+
 function render() {
   const filter = (readParams().q || "").toLowerCase();
   const runs = data.runs || [];
   const roots = data.roots || [];
 
-  clear(
-    byId("root-errors"),
-    roots
-      .filter((r) => r.error)
-      .map((r) => errorBox({ title: `Cannot read ${r.root}`, message: r.error })),
-  );
+  clear(byId("root-errors"), roots.filter((r) => r.error).map(rootError));
   const parsing = runs.filter((r) => r.state === "parsing").length;
   byId("runs-summary").textContent =
     `${fmtInt(runs.length)} run${runs.length === 1 ? "" : "s"} under ${fmtInt(roots.length)} root${roots.length === 1 ? "" : "s"}` +
