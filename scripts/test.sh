@@ -21,5 +21,13 @@ fi
 # podman and a local base image for the container test (tests/container): no Docker engine needed.
 eval "$(bash scripts/podman-setup.sh)"
 
+if ! command -v kubectl >/dev/null 2>&1; then
+  # kubectl only renders the kustomize manifests in tests/test_deploy.py (offline, no cluster).
+  mkdir -p .cache/bin
+  curl -fsSL -o .cache/bin/kubectl "https://dl.k8s.io/release/v1.30.0/bin/linux/$(dpkg --print-architecture)/kubectl"
+  chmod +x .cache/bin/kubectl
+  export PATH="$(pwd)/.cache/bin:$PATH"
+fi
+
 export PROFSCOPE_CORPUS="${PROFSCOPE_CORPUS:-$(pwd)/../shared/corpus}"
 exec python3 -m pytest -q "$@"
