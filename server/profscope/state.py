@@ -140,11 +140,13 @@ class Profscope:
         if not traces:
             return []
         views = ["overview", "operators"]
-        summaries = [
-            self.cache.summary(t.cache_key) or {} for t, s in zip(traces, states, strict=True) if s.state == "ready"
-        ]
-        if any(summary.get("kernels") for summary in summaries):
-            views.append("kernels")
-        if len(run.workers()) > 1 or any(summary.get("distributed") for summary in summaries):
+        for trace, state in zip(traces, states, strict=True):
+            if state.state == "ready":
+                summary = self.cache.summary(trace.cache_key) or {}
+                if summary.get("kernels"):
+                    views.append("kernels")
+                    break
+        first = self.cache.summary(traces[0].cache_key) or {}
+        if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
             views.append("distributed")
         return views
