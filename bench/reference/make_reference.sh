@@ -95,3 +95,14 @@ EOF
     echo "$status  ${seconds}s  $(basename "$target")"
   done
 done
+
+# Distributed view: one reference per run folder (all workers and spans of the run together).
+DISTRIBUTED_RUNS=(
+  generated/tinygpt_ddp4_gloo
+)
+for entry in "${DISTRIBUTED_RUNS[@]}"; do
+  target="$OUT/$(safe_name "$entry").tbprof-distributed.json"
+  "$PY" "$here/tbprof_distributed_dump.py" "$CORPUS/$entry" --corpus-root "$CORPUS" > "$target.tmp"
+  mv "$target.tmp" "$target"
+  echo "ok  $(basename "$target")"
+done

@@ -85,6 +85,26 @@ class Run:
         span = span if span is not None else spans[0]
         return next(t for t in self.traces() if t.worker == worker and t.span == span)
 
+    def span_group(self, span: str | None) -> tuple[int, dict[str, str]] | None:
+        """The same profiling window on every worker: (position, worker -> span id).
+
+        Ranks of one job write their spans at slightly different times, so their span ids differ;
+        the n-th span of each worker is taken as the same window (torch-tb-profiler renumbered
+        each worker's spans 1..N the same way). ``span`` is any worker's span id, or ``#n``
+        (1-based); None means the first. None when no worker has that span.
+        """
+        workers = self.workers()
+        position = 0
+        if span is not None and span.startswith("#") and span[1:].isdigit():
+            position = int(span[1:]) - 1
+        elif span is not None:
+            found = [spans.index(span) for spans in workers.values() if span in spans]
+            if not found:
+                return None
+            position = found[0]
+        group = {worker: spans[position] for worker, spans in workers.items() if 0 <= position < len(spans)}
+        return (position, group) if group else None
+
 
 def _span_order(span: str) -> tuple:
     return (0, int(span), span) if span.isdigit() else (1, 0, span)

@@ -213,5 +213,8 @@ class Profscope:
                 if summary.get("kernels"):
                     views.append("kernels")
                     break
+        first = self.cache.summary(traces[0].cache_key) or {}
+        if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
+            views.append("distributed")
         views.append("trace")
         return views

@@ -91,7 +91,17 @@ TENSOR_CORE_ELIGIBLE_OPS = frozenset(
 EXCLUDED_OPERATOR_NAMES = frozenset(("DataParallel.forward", "DistributedDataParallel.forward"))
 
 _COMM_OP = re.compile(r"^(nccl:|gloo:|c10d::|ucc:|mpi:|hccl:|xccl:)|^record_param_comms$")
-_COMM_KERNEL = re.compile(r"^nccl|^rccl|ncclKernel|ncclDevKernel|^hccl|^ucc_|^msccl", re.IGNORECASE)
+# The backend's own record of a collective (ProcessGroupNCCL / Gloo / UCC / MPI ... name it
+# "<backend>:<collective>"); c10d::* and record_param_comms are the front-end call around it.
+_BACKEND_COMM_OP = re.compile(r"^(nccl|gloo|ucc|mpi|hccl|xccl|rccl):")
+# NCCL / RCCL / HCCL / UCC / MSCCL kernels (HTA's `^nccl.*Kernel`, widened), and the custom all-reduce
+# kernels of torch symmetric memory, vLLM and TensorRT-LLM / FlashInfer that move data between GPUs.
+_COMM_KERNEL = re.compile(
+    r"^nccl|^rccl|ncclKernel|ncclDevKernel|^hccl|^ucc_|^msccl"
+    r"|multimem_all_reduce|one_shot_all_reduce|two_shot_all_reduce|cross_device_reduce|custom_all_reduce"
+    r"|allreduce_fusion|lamport",
+    re.IGNORECASE,
+)
 
 
 def is_profiler_step(name: str) -> bool:
@@ -115,6 +125,59 @@ def is_comm_op(name: str) -> bool:
 
 def is_comm_kernel(name: str) -> bool:
     return _COMM_KERNEL.search(name) is not None
+
+
+def is_backend_comm_op(name: str) -> bool:
+    """``nccl:all_reduce``, ``gloo:all_reduce``...: the host record of a collective by its backend."""
+    return _BACKEND_COMM_OP.search(name) is not None
+
+
+# Canonical collective types, matched on the name without backend prefix, underscores or case:
+# "nccl:_all_gather_base", "allgather_into_tensor_coalesced", "ncclDevKernel_AllGather_RING_LL" -> all_gather.
+_COLLECTIVE_KINDS = (
+    ("all_to_all", re.compile(r"alltoall|all2all|sendrecv_all")),
+    ("reduce_scatter", re.compile(r"reducescatter")),
+    ("all_gather", re.compile(r"allgather")),
+    ("all_reduce", re.compile(r"allreduce|crossdevicereduce|oneshot|twoshot")),
+    ("broadcast", re.compile(r"broadcast|bcast")),
+    ("barrier", re.compile(r"barrier")),
+    ("send_recv", re.compile(r"sendrecv")),
+    ("send", re.compile(r"send")),
+    ("recv", re.compile(r"recv")),
+    ("reduce", re.compile(r"reduce")),
+    ("gather", re.compile(r"gather")),
+    ("scatter", re.compile(r"scatter")),
+    ("coalesced", re.compile(r"coalesced")),
+)
+_BACKEND_PREFIX = re.compile(r"^[A-Za-z0-9]+:[^:]")
+
+
+def collective_kind(name: str) -> str:
+    """The canonical type of a collective op / kernel name (``other`` when none fits)."""
+    text = name.replace("(anonymous namespace)", "")
+    if _BACKEND_PREFIX.match(text):
+        text = text.split(":", 1)[1]
+    text = text.split("(", 1)[0].split("<", 1)[0].rsplit("::", 1)[-1].strip().rsplit(" ", 1)[-1]
+    flat = text.replace("_", "").replace("-", "").lower()
+    if flat.startswith("ncclkernel") or flat.startswith("nccldevkernel"):
+        flat = flat.removeprefix("ncclkernel").removeprefix("nccldevkernel")
+    for kind, pattern in _COLLECTIVE_KINDS:
+        if pattern.search(flat):
+            return kind
+    return "other"
+
+
+# Bytes per element of the collective ``dtype`` arg (c10 ScalarType names) and of ``Input type``
+# (C++ type names; torch-tb-profiler's table covered six of them, ``anchors.md`` §1.10).
+DTYPE_BYTES = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "Float8_e8m0fnu": 1,
+    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int64_t": 8,
+    "int": 4, "unsigned int": 4, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "char": 1,
+    "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16, "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1,
+}  # fmt: skip
 
 
 # Newer kernel names that torch-tb-profiler's list predates (Ampere/Hopper/Blackwell cuBLAS, cuDNN

@@ -17,6 +17,7 @@ export function updateNavLinks(ident, runInfo = null) {
     const missing = runInfo && runInfo.state === "ready" && !(runInfo.views || []).includes(page);
     link.classList.toggle("unavailable", Boolean(missing));
     if (missing && page === "kernels") link.title = "This run has no GPU kernels";
+    else if (missing && page === "distributed") link.title = "This run has one worker and no distributedInfo";
     else link.removeAttribute("title");
   }
 }

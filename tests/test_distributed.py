@@ -1,0 +1,336 @@
+"""Distributed view: per-rank summaries and the cross-rank build, checked against numbers computed here
+directly from the traces' JSON events (independently of profscope's parser), and against
+torch-tb-profiler 0.4.3's own Distributed view on the 4-rank gloo job."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from functools import cache
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import REPO, corpus_file
+from profscope.analysis import names
+from profscope.analysis.context import TraceContext
+from profscope.analysis.distributed import build_distributed, rank_from_name, rank_summary, summary_from_json
+from profscope.cache import dumps
+from profscope.ingest.kineto import parse_trace_file
+
+GLOO = "generated/tinygpt_ddp4_gloo"
+GLOO_SPANS = {  # the n-th span of every rank is the same profiling window
+    1: ["rank0.1795315503706026973", "rank1.1795315503666467455", "rank2.1795315503654737161",
+        "rank3.1795315503686651177"],
+    2: ["rank0.1795315510828158212", "rank1.1795315510863218730", "rank2.1795315510854734064",
+        "rank3.1795315510872832044"],
+}  # fmt: skip
+TRACE_FILTER = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"]
+REFERENCE = REPO / "tests" / "reference_data" / "generated__tinygpt_ddp4_gloo.tbprof-distributed.json"
+
+
+@cache
+def summary_of(relative: str) -> bytes:
+    """The ``distributed.rank`` payload of a corpus trace, as the cache stores it."""
+    tables = parse_trace_file(corpus_file(relative))
+    context = TraceContext(tables)
+    return dumps(rank_summary(tables, context.tree, context.steps))
+
+
+def item(relative: str, worker: str | None = None) -> dict:
+    summary, error = summary_from_json(summary_of(relative))
+    assert error is None
+    name = worker or Path(relative).name.split(".")[0]
+    return {"worker": name, "span": "1", "file": relative, "summary": summary}
+
+
+def gloo_items(span: int, ranks: tuple[int, ...] = (0, 1, 2, 3)) -> list[dict]:
+    return [item(f"{GLOO}/{GLOO_SPANS[span][r]}.pt.trace.json.gz") for r in ranks]
+
+
+def raw(relative: str) -> dict:
+    with gzip.open(corpus_file(relative)) as f:
+        return json.load(f)
+
+
+def gloo_calls_from_json(relative: str, epoch_ns: int = 1_790_000_000 * 10**9) -> list[tuple[float, float]]:
+    """(start µs on the wall clock since ``epoch_ns``, duration µs) of each gloo:all_reduce, from the JSON.
+    (``ts`` is relative to ``baseTimeNanoseconds``; a nearby epoch keeps float precision below 1 ns.)"""
+    trace = raw(relative)
+    base_us = (trace["baseTimeNanoseconds"] - epoch_ns) / 1000
+    calls = [(base_us + e["ts"], e["dur"]) for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce"]
+    return sorted(calls)
+
+
+# ---- the 4-rank gloo job (CPU only) ---------------------------------------------------------------
+@pytest.mark.parametrize("span", [1, 2])
+def test_gloo_transfer_synchronizing_and_stragglers_by_hand(span: int) -> None:
+    files = [f"{GLOO}/{name}.pt.trace.json.gz" for name in GLOO_SPANS[span]]
+    calls = [gloo_calls_from_json(f) for f in files]  # per rank, in start order
+    assert {len(c) for c in calls} == {3}
+    min_duration = [min(calls[r][i][1] for r in range(4)) for i in range(3)]
+    view = build_distributed(gloo_items(span))
+    ranks = {r["rank"]: r for r in view["ranks"]}
+    for r in range(4):
+        transfer = sum(min_duration)
+        synchronizing = sum(calls[r][i][1] - min_duration[i] for i in range(3))
+        steps = ranks[r]["steps"]
+        assert sum(s["data_transfer_us"] for s in steps) == pytest.approx(transfer, abs=0.01)
+        assert sum(s["synchronizing_us"] for s in steps) == pytest.approx(synchronizing, abs=0.01)
+        (stats,) = [row for row in view["op_stats"] if row["rank"] == r]
+        assert stats["name"] == "gloo:all_reduce" and stats["calls"] == 3
+        assert stats["total_bytes"] == 3 * 166016 * 4  # Input Dims [[166016]] of float
+        assert stats["total_latency_us"] == pytest.approx(sum(d for _, d in calls[r]), abs=0.01)
+    # arrivals on the wall clock: the last rank to start each call makes the others wait
+    expected_last, expected_lost = [], []
+    for i in range(3):
+        starts = [calls[r][i][0] for r in range(4)]
+        last = max(range(4), key=lambda r: starts[r])
+        expected_last.append(last)
+        expected_lost.append(sum(starts[last] - s for s in starts))
+    by_ordinal = {c["ordinal"]: c for c in view["collectives"]}
+    for i in range(3):
+        assert by_ordinal[i]["last_rank"] == expected_last[i]
+        assert by_ordinal[i]["lost_us"] == pytest.approx(expected_lost[i], abs=0.01)
+        assert by_ordinal[i]["data_transfer_us"] == pytest.approx(min_duration[i], abs=0.01)
+    stragglers = {s["rank"]: s for s in view["stragglers"]}
+    for r in range(4):
+        assert stragglers[r]["last_count"] == expected_last.count(r)
+        assert stragglers[r]["lost_us"] == pytest.approx(
+            sum(lost for lost, last in zip(expected_lost, expected_last, strict=True) if last == r), abs=0.01
+        )
+    slowest = [s for s in view["stragglers"] if s["slowest"]]
+    assert len(slowest) == 1
+    assert slowest[0]["lost_us"] == max(s["lost_us"] for s in view["stragglers"])
+    assert view["alignment"]["method"] == "wall clock"
+    assert view["warnings"] == []
+    assert [p["name"] for p in view["process_groups"]] == ["0"]  # gloo ops carry no group: the only one
+
+
+def test_gloo_matches_torch_tb_profiler_distributed_view() -> None:
+    """Every rank's per-step Computation/Overlapping/Communication/Other and Data Transfer/Synchronizing,
+    against the plugin's own objects (bench/reference/tbprof_distributed_dump.py, kineto-main categories)."""
+    reference = json.loads(REFERENCE.read_text())
+    for name, digest in reference["sha256"].items():
+        assert hashlib.sha256(corpus_file(f"{GLOO}/{name}").read_bytes()).hexdigest() == digest
+    for span in GLOO_SPANS:
+        expected = reference["spans"][str(span)]
+        assert expected["enabled"]
+        view = build_distributed(gloo_items(span))
+        for row in view["ranks"]:
+            plugin = expected["workers"][row["worker"]]
+            assert [s["step"] for s in row["steps"]] == plugin["steps"]
+            for step in row["steps"]:
+                mine = [step[k] for k in ("computation_us", "overlapping_us", "communication_us", "other_us")]
+                assert mine == pytest.approx(plugin["overlap"][step["step"]], abs=0.002)
+                transfer, sync = plugin["wait"][step["step"]]
+                assert step["data_transfer_us"] == pytest.approx(transfer, abs=0.002)
+                assert step["synchronizing_us"] == pytest.approx(sync, abs=0.002)
+            (stats,) = [s for s in view["op_stats"] if s["worker"] == row["worker"]]
+            ops = plugin["comm_ops"]["gloo:all_reduce"]
+            assert stats["calls"] == ops["calls"] and stats["total_bytes"] == ops["total_bytes"]
+            assert stats["total_latency_us"] == pytest.approx(ops["total_latency_us"], abs=0.002)
+            assert stats["data_transfer_us"] == pytest.approx(ops["data_transfer_us"], abs=0.002)
+
+
+def test_a_missing_rank_still_shows_the_view_with_a_warning() -> None:
+    view = build_distributed(gloo_items(1, ranks=(0, 1, 3)))
+    assert [r["rank"] for r in view["ranks"]] == [0, 1, 3]
+    assert any("3 of 4 ranks" in w and "missing: 2" in w for w in view["warnings"])
+    assert all(r["computation_us"] is not None for r in view["ranks"])
+    assert len(view["collectives"]) == 3 and all(c["ranks"] == 3 for c in view["collectives"])
+
+
+def test_a_rank_that_failed_is_reported_and_the_others_shown() -> None:
+    items = gloo_items(1, ranks=(0, 1, 2))
+    items.append({"worker": "rank3", "span": "1", "file": "rank3.bad.pt.trace.json.gz", "error": "truncated gzip"})
+    view = build_distributed(items)
+    failed = [r for r in view["ranks"] if r["state"] == "error"]
+    assert [(r["worker"], r["rank"], r["rank_source"]) for r in failed] == [("rank3", 3, "name")]
+    assert any("rank3" in w and "truncated gzip" in w for w in view["warnings"])
+    assert sum(r["state"] == "ready" for r in view["ranks"]) == 3
+
+
+def test_ranks_that_disagree_are_matched_where_they_can_be() -> None:
+    """Rank 0 of span 1 with ranks 1-3 of span 2: same number of calls, but compared with
+    another window; a rank with an extra call is reported, not hidden."""
+    items = gloo_items(1)
+    summary = items[3]["summary"]
+    table = summary["collectives"]
+    for column, values in list(table.items()):
+        if column not in ("names", "kinds", "dtypes"):
+            table[column] = values[:2]  # rank 3 lost its last call
+    view = build_distributed(items)
+    assert view["matching"]["complete"] == 2 and view["matching"]["partial"] == 1
+    assert any("2 of 3 collectives were found on every rank" in w for w in view["warnings"])
+    partial = [c for c in view["collectives"] if c["ranks"] == 3]
+    assert all(c["expected_ranks"] == 4 for c in partial)
+
+
+# ---- NCCL ranks ------------------------------------------------------------------------------------
+def _kernel_calls_from_json(relative: str) -> list[tuple[str, float, float, float]]:
+    """(nccl:* op name, absolute start µs, duration µs, ts) of each NCCL kernel: its launch is the
+    cuda_runtime with the same correlation, which lies inside an ``nccl:*`` annotation of its thread."""
+    events = raw(relative)["traceEvents"]
+    runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    annotations = [e for e in events if str(e.get("name", "")).startswith("nccl:")]
+    found = []
+    for kernel in events:
+        if kernel.get("cat") != "kernel" or not kernel["name"].startswith("ncclKernel"):
+            continue
+        launch = runtime[kernel["args"]["correlation"]]
+        start, end = launch["ts"], launch["ts"] + launch["dur"]
+        (op,) = [a for a in annotations if a["tid"] == launch["tid"] and a["ts"] <= start and end <= a["ts"] + a["dur"]]
+        found.append((op["name"], kernel["ts"], kernel["dur"]))
+    return sorted(found, key=lambda c: c[1])
+
+
+def test_trace_filter_two_nccl_ranks_by_hand() -> None:
+    calls = [_kernel_calls_from_json(f) for f in TRACE_FILTER]
+    view = build_distributed([item(f) for f in TRACE_FILTER])
+    assert [(r["rank"], r["rank_source"], r["mode"]) for r in view["ranks"]] == [
+        (0, "distributedInfo", "device"),
+        (1, "distributedInfo", "device"),
+    ]
+    assert any("2 of 128 ranks" in w for w in view["warnings"])
+    # the n-th call of each op on rank 0 is the n-th on rank 1; transfer = the shorter of the two
+    for op in ("nccl:all_reduce", "nccl:all_to_all", "nccl:_all_gather_base"):
+        mine = [[(ts, dur) for name, ts, dur in c if name == op] for c in calls]
+        assert len(mine[0]) == len(mine[1]) > 0
+        transfer = sum(min(a[1], b[1]) for a, b in zip(mine[0], mine[1], strict=True))
+        for rank in (0, 1):
+            (stats,) = [s for s in view["op_stats"] if s["rank"] == rank and s["name"] == op]
+            assert stats["calls"] == len(mine[rank])
+            assert stats["total_latency_us"] == pytest.approx(sum(d for _, d in mine[rank]))
+            assert stats["data_transfer_us"] == pytest.approx(transfer)
+        # arrival skew of each call: trace_filter has absolute epoch-µs timestamps
+        for index, (a, b) in enumerate(zip(mine[0], mine[1], strict=True)):
+            row = next((c for c in view["collectives"] if c["name"] == op and c["ordinal"] == index), None)
+            if row is None:  # not listed: nobody waited
+                assert a[0] == b[0]
+                continue
+            assert row["skew_us"] == pytest.approx(abs(a[0] - b[0]))
+            assert row["last_rank"] == (0 if a[0] > b[0] else 1)
+    # all-reduce sizes: Input Dims of the nccl:all_reduce annotation × 4 bytes (float)
+    events = raw(TRACE_FILTER[0])["traceEvents"]
+    sizes = [e["args"]["Input Dims"][0][0] * 4 for e in events if e.get("name") == "nccl:all_reduce"]
+    (stats,) = [s for s in view["op_stats"] if s["rank"] == 0 and s["name"] == "nccl:all_reduce"]
+    assert stats["total_bytes"] == sum(sizes)
+    assert any("different sizes" in w for w in view["warnings"])  # the sampled ranks' all-reduces differ
+
+
+def test_single_nccl_rank_with_collective_args() -> None:
+    relative = "hta/nccl_parser_config/nccl_data.json.gz"
+    view = build_distributed([item(relative, "rank0")])
+    (row,) = view["ranks"]
+    assert row["rank"] == 0 and row["world_size"] == 2 and row["mode"] == "device"
+    events = raw(relative)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel")]
+    assert row["calls"] == len(kernels)
+    stats = {s["name"]: s for s in view["op_stats"]}
+    # sizes from the kernels' own collective args: In msg nelems × dtype size
+    element = {"Float": 4, "Long": 8}
+    for name in ("allreduce", "broadcast"):
+        mine = [k for k in kernels if k["args"]["Collective name"] == name]
+        assert stats[name]["calls"] == len(mine)
+        assert stats[name]["total_bytes"] == sum(k["args"]["In msg nelems"] * element[k["args"]["dtype"]] for k in mine)
+        # one rank: every call is pure data transfer
+        assert stats[name]["synchronizing_us"] == pytest.approx(0.0)
+    (group,) = view["process_groups"]
+    assert group["name"] == "0" and group["desc"] == "default_pg" and group["ranks"] == [0, 1]
+    assert group["dimension"] == "world"
+    topology = view["topology"][0]["processes"][0]
+    assert topology["gpus"][0]["name"] == "NVIDIA A100-PG509-200"
+    assert topology["gpus"][0]["memory_bytes"] == 42297524224
+    hta = row["hta"]
+    assert hta["temporal"]["idle_us"] + hta["temporal"]["compute_us"] + hta["temporal"]["non_compute_us"] == (
+        pytest.approx(hta["temporal"]["window_us"])
+    )
+    assert 0.0 <= hta["comm_comp_overlap_ratio"] <= 1.0
+    assert hta["kernel_types"]["COMM"]["count"] == len(kernels)
+    assert hta["kernel_types"]["COMM"]["time_us"] == pytest.approx(sum(k["dur"] for k in kernels), abs=0.01)
+
+
+def test_hta_temporal_breakdown_by_hand() -> None:
+    """Window = first device activity to last end; idle = window − union of device activities."""
+    relative = "hta/nccl_parser_config/nccl_data.json.gz"
+    events = raw(relative)["traceEvents"]
+    first = min(e["ts"] for e in events if "ts" in e)
+    ns = [  # integer ns from the first event: float µs sums would drift by tenths of a ns per event
+        (round((e["ts"] - first) * 1000), round((e["ts"] - first) * 1000) + round(e["dur"] * 1000))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    device = sorted((start / 1000, end / 1000) for start, end in ns)
+    busy, current = 0.0, None
+    for start, end in device:
+        if current is None or start > current[1]:
+            if current:
+                busy += current[1] - current[0]
+            current = [start, end]
+        else:
+            current[1] = max(current[1], end)
+    busy += current[1] - current[0]
+    window = max(end for _, end in device) - device[0][0]
+    (row,) = build_distributed([item(relative, "rank0")])["ranks"]
+    assert row["hta"]["temporal"]["window_us"] == pytest.approx(window, abs=0.01)
+    assert row["hta"]["temporal"]["idle_us"] == pytest.approx(window - busy, abs=0.05)
+
+
+def test_b200_custom_all_reduce_kernels_are_communication() -> None:
+    view = build_distributed([item("traces/AMD-AGI_TraceLens/tests/traces/b200/eager_trace.json.gz", "rank0")])
+    stats = {s["name"]: s for s in view["op_stats"]}
+    assert stats["multimem_all_reduce_kernel"]["calls"] == 73
+    assert stats["_allgather_base"]["calls"] == 1
+    assert stats["_allgather_base"]["total_bytes"] == 25136 * 2  # In msg nelems × BFloat16
+    assert {g["name"] for g in view["process_groups"]} >= {"0", "3"}
+
+
+# ---- no rank recorded -----------------------------------------------------------------------------
+def test_ranks_from_distributed_info_names_or_file_order() -> None:
+    non_gpu = item("hta/rank_non_gpu/rank_non_gpu.json.gz", "rank_non_gpu")
+    unavailable = item("hta/rank_unavailable/rank_not_found.json.gz", "rank_not_found")
+    no_info = item("hta/distributed_info_unavailable/distributed_info_not_found.json.gz", "worker7")
+    view = build_distributed([non_gpu, unavailable, no_info])
+    got = {r["worker"]: (r["rank"], r["rank_source"]) for r in view["ranks"]}
+    assert got["rank_non_gpu"] == (0, "distributedInfo")
+    assert got["worker7"] == (7, "name")
+    assert got["rank_not_found"] == (1, "file order")
+    assert any("rank_not_found" in w and "file order" in w for w in view["warnings"])
+    for row in view["ranks"]:  # CPU-only traces: nccl:* host ops are the collectives
+        assert row["mode"] == "host" and row["calls"] > 0 and row["hta"] is None
+
+
+def test_rank_numbers_in_worker_names() -> None:
+    assert rank_from_name("rank3") == 3
+    assert rank_from_name("worker12") == 12
+    assert rank_from_name("rank3_dp0_tp1_pp0") == 3
+    assert rank_from_name("sampled_rank-1") == 1
+    assert rank_from_name("host_1234") is None
+    view = build_distributed([{"worker": "rank5_dp1_tp0_pp2", "span": "1", "file": "x", "error": "unreadable"}])
+    assert view["ranks"][0]["parallel"] == {"dp": 1, "tp": 0, "pp": 2}
+
+
+def test_collective_names() -> None:
+    assert names.collective_kind("nccl:_all_gather_base") == "all_gather"
+    assert names.collective_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
+    assert names.collective_kind("c10d::alltoall_base_") == "all_to_all"
+    assert names.collective_kind("gloo:broadcast") == "broadcast"
+    assert names.collective_kind("nccl:send") == "send" and names.collective_kind("nccl:recv") == "recv"
+    assert names.collective_kind("nccl:coalesced") == "coalesced"
+    assert names.collective_kind("allgather_into_tensor_coalesced") == "all_gather"
+    assert names.is_comm_kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    assert names.is_comm_kernel("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(x)")
+    assert not names.is_comm_kernel("void at::native::reduce_kernel<512, 1>(x)")
+    assert names.is_backend_comm_op("gloo:all_reduce") and not names.is_backend_comm_op("c10d::allreduce_")
+
+
+def test_summary_is_small_and_versioned() -> None:
+    data = summary_of(f"{GLOO}/{GLOO_SPANS[1][0]}.pt.trace.json.gz")
+    assert len(data) < 10_000
+    assert summary_from_json(orjson.dumps({"error": "ValueError: boom"})) == (None, "ValueError: boom")
+    stale = orjson.loads(data)
+    stale["version"] = 0
+    assert summary_from_json(orjson.dumps(stale))[0] is None
