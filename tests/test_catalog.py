@@ -83,3 +83,17 @@ def test_local_listing_skips_hidden_folders_and_the_cache(tmp_path) -> None:  # 
         (tmp_path / relative).write_text("{}")
     keys = [o.key for o in LocalSource(tmp_path, exclude=[tmp_path / "cache"]).list()]
     assert keys == ["run/w.1.pt.trace.json"]
+
+
+def test_another_workers_span_id_finds_the_same_window_on_this_worker() -> None:
+    from profscope.catalog import build_runs
+    from profscope.sources.base import ObjectInfo
+
+    keys = ["job/rank0.100.pt.trace.json", "job/rank0.200.pt.trace.json", "job/rank1.105.pt.trace.json",
+            "job/rank1.205.pt.trace.json"]  # fmt: skip
+    runs = build_runs([("file:///r", "r", [ObjectInfo(key=k, size=1, version="1") for k in keys])])
+    run = runs["job"]
+    assert run.find("rank1", "200").key == "job/rank1.205.pt.trace.json"
+    assert run.find("rank1", "#1").key == "job/rank1.105.pt.trace.json"
+    assert run.find("rank1", "105").key == "job/rank1.105.pt.trace.json"
+    assert run.find("rank1", "999") is None

@@ -73,7 +73,8 @@ class Run:
         """The trace of (worker, span); a missing worker or span means the first one.
 
         A worker or span that is named but does not exist finds nothing: a pasted link must never
-        silently show another rank's data.
+        silently show another rank's data. A span id of another worker of the run (or ``#n``) finds
+        this worker's span at the same position (see ``span_group``): the same window on every rank.
         """
         workers = self.workers()
         if not workers or (worker is not None and worker not in workers):
@@ -81,7 +82,11 @@ class Run:
         worker = worker if worker is not None else next(iter(workers))
         spans = workers[worker]
         if span is not None and span not in spans:
-            return None
+            # another rank's span id (or "#n"): this worker's span at the same position
+            group = self.span_group(span)
+            if group is None or worker not in group[1]:
+                return None
+            span = group[1][worker]
         span = span if span is not None else spans[0]
         return next(t for t in self.traces() if t.worker == worker and t.span == span)
 
