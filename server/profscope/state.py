@@ -32,7 +32,9 @@ class Profscope:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.cache = TraceCache(settings.traces_cache)
-        self.ingest = IngestManager(self.cache, settings.workers, settings.max_trace_bytes)
+        self.ingest = IngestManager(
+            self.cache, settings.workers, settings.max_trace_bytes, max_snapshot_bytes=settings.max_snapshot_bytes
+        )
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             label = PurePosixPath(uri.rstrip("/")).name or uri
