@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__
-from profscope.api import runs, source, views
+from profscope.api import memory, runs, source, views
 from profscope.assets import plotly_js, web_dir
 from profscope.config import Settings
 from profscope.state import Profscope
@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(views.router)
     app.include_router(source.router)
+    app.include_router(memory.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 
     from profscope import pages

@@ -68,7 +68,7 @@ class Profscope:
         self.scans += 1
         if self.settings.eager_ingest:
             for run in runs.values():
-                for trace in run.traces():
+                for trace in run.traces() + run.snapshots():
                     self.ingest.request(trace)
 
     def start(self) -> None:
@@ -99,18 +99,20 @@ class Profscope:
     def run_status(self, run: Run) -> dict[str, Any]:
         traces = run.traces()
         states = [self.ingest.state(t) for t in traces]
-        names = [s.state for s in states]
+        snapshots = run.snapshots()
+        snapshot_states = [self.ingest.state(s) for s in snapshots]
+        names = [s.state for s in states + snapshot_states]
         if names and all(n == "error" for n in names):
             state = "error"
         elif any(n in ("pending", "parsing", "queued") for n in names):
             state = "parsing"
         else:
             state = "ready"
-        total = sum(s.bytes_total for s in states) or 1
-        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states)
+        total = sum(s.bytes_total for s in states + snapshot_states) or 1
+        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states + snapshot_states)
         errors = [
             {"file": t.key, "message": s.message or "failed"}
-            for t, s in zip(traces, states, strict=True)
+            for t, s in zip(traces + snapshots, states + snapshot_states, strict=True)
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
@@ -119,13 +121,26 @@ class Profscope:
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states),
+            "views": self.views_of(run, traces, states) + self.memory_view_of(traces, states, snapshots),
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
                 for t, s in zip(traces, states, strict=True)
             ],
+            "snapshots": [
+                {"file": f.key, "worker": f.worker, "snapshot": f.span, "bytes": f.info.size, **s.to_json()}
+                for f, s in zip(snapshots, snapshot_states, strict=True)
+            ],
         }
+
+    def memory_view_of(self, traces: list[TraceFile], states: list[Any], snapshots: list[TraceFile]) -> list[str]:
+        """["memory"] when the run has allocator snapshots or a parsed trace with memory events."""
+        if snapshots:
+            return ["memory"]
+        for trace, state in zip(traces, states, strict=True):
+            if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
+                return ["memory"]
+        return []
 
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:

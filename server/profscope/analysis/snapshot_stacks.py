@@ -85,12 +85,25 @@ def live_allocations(tables: SnapshotTables, device: int, moment: str) -> tuple[
     return rows[live], at
 
 
+def device_origin_us(tables: SnapshotTables, device: int) -> int | None:
+    """The device's first entry time (the timeline's zero), None without times."""
+    entries = tables.table("entries")
+    first, last = np.searchsorted(np.asarray(entries["device"]), [device, device + 1])
+    times = np.asarray(entries["time_us"])[first:last]
+    return int(times.min()) if len(times) and times.min() >= 0 else None
+
+
 def allocation_row(tables: SnapshotTables, row: int) -> dict[str, Any]:
     allocations = tables.table("allocations")
     entries = tables.table("entries")
     start, end = int(allocations["start"][row]), int(allocations["end"][row])
     time_us = np.asarray(entries["time_us"])
     stack = int(allocations["stack"][row])
+    origin = device_origin_us(tables, int(allocations["device"][row]))
+
+    def since_origin(entry: int) -> int | None:
+        return int(time_us[entry]) - origin if entry >= 0 and origin is not None and time_us[entry] >= 0 else None
+
     return {
         "id": int(row),
         "addr": f"0x{int(allocations['addr'][row]) & (2**64 - 1):x}",
@@ -100,6 +113,8 @@ def allocation_row(tables: SnapshotTables, row: int) -> dict[str, Any]:
         "free_entry": end if end >= 0 else None,
         "alloc_time_us": int(time_us[start]) if start >= 0 and time_us[start] >= 0 else None,
         "free_time_us": int(time_us[end]) if end >= 0 and time_us[end] >= 0 else None,
+        "alloc_at_us": since_origin(start),  # on the timeline's axis: µs since the device's first entry
+        "free_at_us": since_origin(end),
         "before_trace": bool(allocations["initial"][row]),
         "stack": stack,
         "top_frames": top_frames(tables, stack),
@@ -133,9 +148,11 @@ def stack_tree(tables: SnapshotTables, device: int, moment: str = "peak") -> dic
     unique_stacks, group = np.unique(stacks, return_inverse=True)
     bytes_per_stack = np.bincount(group.reshape(-1), weights=sizes, minlength=len(unique_stacks))
     total = float(sizes.sum())
+    paths = [_outermost_first(tables, int(stack)) for stack in unique_stacks.tolist()]
+    common = _common_prefix(paths)
     values: dict[tuple[str, ...], float] = {(): total}
-    for stack, nbytes in zip(unique_stacks.tolist(), bytes_per_stack.tolist(), strict=True):
-        path = _outermost_first(tables, int(stack))
+    for path, nbytes in zip(paths, bytes_per_stack.tolist(), strict=True):
+        path = path[len(common) :] or ("(allocated here)",)
         if nbytes < total * MIN_TREE_SHARE and path:
             path = (*path[:1], "(smaller stacks)")
         for depth in range(1, len(path) + 1):
@@ -151,11 +168,25 @@ def stack_tree(tables: SnapshotTables, device: int, moment: str = "peak") -> dic
         "moment": moment,
         "entry": at,
         "total_bytes": int(total),
+        "common_frames": list(common),  # outermost frames every stack shares, left out of the tree
         "ids": ids,
         "labels": labels,
         "parents": parents,
         "values": node_values,
     }
+
+
+def _common_prefix(paths: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """Frames every path starts with (a trunk that would fill the sunburst's inner rings)."""
+    if len(paths) < 2:
+        return ()
+    prefix = paths[0]
+    for path in paths[1:]:
+        length = 0
+        while length < min(len(prefix), len(path)) and prefix[length] == path[length]:
+            length += 1
+        prefix = prefix[:length]
+    return prefix[: max(0, min(len(p) for p in paths) - 1)]
 
 
 def _outermost_first(tables: SnapshotTables, stack: int) -> tuple[str, ...]:

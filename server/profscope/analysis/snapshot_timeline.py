@@ -6,7 +6,8 @@ It draws the largest 15,000 individually in the browser, which stalls on big sna
 server draws only what is visible at the requested window and plot height:
 
 - bytes per pixel = the window's peak allocated bytes / plot height;
-- an allocation at least ``min_px`` pixels tall gets its own band (at most ``max_bands``, largest
+- an allocation at least ``min_px`` pixels tall (default a quarter pixel: thin bands still show
+  the texture of many allocations, as memory_viz's do) gets its own band (at most ``max_bands``, largest
   first); every other allocation goes into one "small allocations" band at the bottom;
 - each pixel column is represented by its entry with the most bytes allocated, so the top of the
   stack reaches every peak however far one zooms out; each shown band is also sampled where it
@@ -44,7 +45,7 @@ def timeline(
     end: float | None = None,
     width_px: int = 1200,
     height_px: int = 500,
-    min_px: float = 1.0,
+    min_px: float = 0.25,
     max_bands: int = MAX_BANDS,
 ) -> dict[str, Any]:
     memory = device_memory(tables, device)
