@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -45,8 +44,9 @@ def _band_point(page) -> dict:
             const i = Math.floor(band.x.length / 2);
             const x = (band.x[i] + (band.x[i + 1] ?? band.x_end)) / 2;
             const y = (band.y[i] + band.size / 2) / (1024 * 1024);
-            return { left: box.left + layout._size.l + layout.xaxis.d2p(x), top: box.top + layout._size.t + layout.yaxis.d2p(y),
-                     addr: band.addr, id: band.id };
+            const left = box.left + layout._size.l + layout.xaxis.d2p(x);
+            const top = box.top + layout._size.t + layout.yaxis.d2p(y);
+            return { left, top, addr: band.addr, id: band.id };
           });
         }"""
     )
