@@ -205,9 +205,7 @@ def test_hand_computed_pairing_naming_and_statistics(tmp_path: Path) -> None:
 
 
 def test_downsampled_curve_keeps_every_peak() -> None:
-    _, records, _ = analysed(
-        "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
-    )
+    _, records, _ = analysed("traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz")
     full = curve(records, "GPU0", width_px=10_000)["curve"]
     small = curve(records, "GPU0", width_px=10)["curve"]
     assert len(small) < len(full)
