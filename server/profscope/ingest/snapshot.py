@@ -28,7 +28,6 @@ from profscope.tables import NO_ID, StringTable
 
 SNAPSHOT_PARSER_VERSION = 1  # bump when the tables a snapshot is read into change
 SWEEP_EVERY_BYTES = 32 << 20
-BUDGET_CHECK_ROWS = 1 << 16
 MAX_ANNOTATIONS = 10_000
 
 
@@ -121,75 +120,93 @@ def _addr(value: Any) -> int:
     return value - 2**64 if value >= 2**63 else value
 
 
+ENTRY_COLUMNS = (
+    ("device", "i4"),
+    ("order", "i8"),
+    ("action", "i1"),
+    ("addr", "i8"),
+    ("size", "i8"),
+    ("stream", "i8"),
+    ("time_us", "i8"),
+    ("stack", "i4"),
+    ("device_free", "i8"),
+)
+ENTRY_DTYPE = np.dtype(list(ENTRY_COLUMNS))
+
+
 class _EntryColumns:
     """Trace entries, appended as they are decoded (possibly several devices interleaved)."""
 
     def __init__(self, stacks: _Stacks, budget: Callable[[], None]) -> None:
         self.stacks = stacks
         self.budget = budget
-        self.columns = {
-            name: array(code)
-            for name, code in (
-                ("device", "i"),
-                ("order", "q"),
-                ("action", "b"),
-                ("addr", "q"),
-                ("size", "q"),
-                ("stream", "q"),
-                ("time_us", "q"),
-                ("stack", "i"),
-                ("device_free", "q"),
-            )
-        }
+        self.chunks: list[np.ndarray] = []  # one structured array per batch of entries
         self.unknown_actions: dict[str, int] = {}
         self.without_time = 0
         self.rows = 0
 
-    def add(self, device: int, first_order: int, entries: list) -> None:
-        c = self.columns
-        stacks = self.stacks
-        for offset, entry in enumerate(entries):
+    def add(self, device: int, first_order: int, entries: list) -> list[int]:
+        """Append the entries' rows; returns their stack ids."""
+        stack_of = self.stacks.stack_of
+        actions = ACTION
+        rows = []
+        stacks = []
+        for order, entry in enumerate(entries, first_order):
             if type(entry) is not dict:
-                raise SnapshotFormatError(f"device {device} trace entry {first_order + offset} is not a dict")
-            action_name = entry.get("action")
-            action = ACTION.get(action_name, UNKNOWN_ACTION)
+                raise SnapshotFormatError(f"device {device} trace entry {order} is not a dict")
+            get = entry.get
+            action = actions.get(get("action"), UNKNOWN_ACTION)
             if action == UNKNOWN_ACTION:
-                self.unknown_actions[str(action_name)] = self.unknown_actions.get(str(action_name), 0) + 1
-            time_us = entry.get("time_us")
+                name = str(get("action"))
+                self.unknown_actions[name] = self.unknown_actions.get(name, 0) + 1
+            time_us = get("time_us")
+            device_free = get("device_free")
+            addr = get("addr", 0)
+            size = get("size", 0)
+            stream = get("stream", 0)
+            stack = stack_of(get("frames"))
+            stacks.append(stack)
+            rows.append(
+                (
+                    device,
+                    order,
+                    action,
+                    addr if type(addr) is int and addr < 2**63 else _addr(addr),
+                    size if type(size) is int else _int(size, 0),
+                    stream if type(stream) is int else _int(stream, 0),
+                    time_us if type(time_us) is int else _int(time_us),
+                    stack,
+                    NO_ID if device_free is None else _int(device_free),
+                )
+            )
             if time_us is None:
                 self.without_time += 1
-            c["device"].append(device)
-            c["order"].append(first_order + offset)
-            c["action"].append(action)
-            c["addr"].append(_addr(entry.get("addr", 0)))
-            c["size"].append(_int(entry.get("size"), 0))
-            c["stream"].append(_int(entry.get("stream"), 0))
-            c["time_us"].append(_int(time_us))
-            c["device_free"].append(_int(entry.get("device_free")))
-            frames = entry.get("frames")
-            stack = stacks.stack_of(frames)
-            c["stack"].append(stack)
-            self.rows += 1
-            if self.rows % BUDGET_CHECK_ROWS == 0:
-                self.budget()
+        if rows:
+            self.chunks.append(np.array(rows, dtype=ENTRY_DTYPE))
+        self.rows += len(rows)
+        self.budget()
+        return stacks
 
     def consume(self, device: int, first_order: int, entries: list) -> None:
         """Add, then empty the entries' dicts and frame lists so the decoded objects shrink."""
-        self.add(device, first_order, entries)
-        stacks = self.stacks
-        for entry in entries:
+        stacks = self.add(device, first_order, entries)
+        mark = self.stacks.mark
+        for entry, stack in zip(entries, stacks, strict=True):
             frames = entry.get("frames")
             if type(frames) is list and frames and type(frames[0]) is not _StackMark:
-                frames[:] = (stacks.mark(stacks.stack_of(frames)),)
+                frames[:] = (mark(stack),)
             entry.clear()
 
+    def relabel(self, provisional: dict[int, int]) -> None:
+        for chunk in self.chunks:
+            for temporary, device in provisional.items():
+                chunk["device"][chunk["device"] == temporary] = device
+
     def sorted_columns(self) -> dict[str, np.ndarray]:
-        arrays = {
-            name: np.frombuffer(values, dtype=values.typecode) if len(values) else np.zeros(0, values.typecode)
-            for name, values in self.columns.items()
-        }
-        order = np.lexsort((arrays.pop("order"), arrays["device"]))
-        return {name: values[order] for name, values in arrays.items()}
+        table = np.concatenate(self.chunks) if self.chunks else np.zeros(0, dtype=ENTRY_DTYPE)
+        self.chunks = []
+        order = np.lexsort((table["order"], table["device"]))
+        return {name: np.ascontiguousarray(table[name][order]) for name, _ in ENTRY_COLUMNS if name != "order"}
 
 
 class _TraceSweeper:
@@ -248,9 +265,15 @@ def parse_snapshot(
 
     entries = _EntryColumns(stacks, budget)
     sweeper = _TraceSweeper(entries)
-    document = load_plain_data(raw, max_decoded_bytes, on_progress=on_progress, on_input=sweeper.on_input)
-    stacks.forget_identities()
-    return _normalise(document, strings, stacks, entries, sweeper)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of new dicts and lists would start full collections over and over
+    try:
+        document = load_plain_data(raw, max_decoded_bytes, on_progress=on_progress, on_input=sweeper.on_input)
+        stacks.forget_identities()
+        return _normalise(document, strings, stacks, entries, sweeper)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def parse_snapshot_file(path: Path, max_decoded_bytes: int = 16 << 30) -> SnapshotTables:
@@ -331,17 +354,13 @@ def provisional_device(discovered: int) -> int:
 
 def _relabel_swept_devices(entries: _EntryColumns, sweeper: _TraceSweeper, traces: list) -> None:
     device_of = {id(trace): index for index, trace in enumerate(traces)}
-    column = entries.columns["device"]
-    provisional = {
-        provisional_device(discovered): device_of[id(lst)]
-        for lst, discovered in sweeper.lists.values()
-        if id(lst) in device_of
-    }
-    if not provisional:
-        return
-    values = np.frombuffer(column, dtype="i")
-    for temporary, device in provisional.items():
-        values[values == temporary] = device
+    entries.relabel(
+        {
+            provisional_device(discovered): device_of[id(lst)]
+            for lst, discovered in sweeper.lists.values()
+            if id(lst) in device_of
+        }
+    )
 
 
 def _plain(value: Any) -> Any:
