@@ -111,6 +111,7 @@ class SnapshotTables:
     columns: dict[str, dict[str, np.ndarray]]
     strings: StringTable
     meta: dict[str, Any] = field(default_factory=dict)
+    derived: dict[Any, Any] = field(default_factory=dict)  # per-device results the views share (not stored)
 
     def table(self, name: str) -> dict[str, np.ndarray]:
         return self.columns[name]

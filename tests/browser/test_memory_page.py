@@ -116,3 +116,15 @@ def test_profiler_curve_range_selection_filters_both_tables(page, memory_server:
     screenshot(page, "memory-profiler-range")
     page.get_by_role("button", name="Reset range").click()
     page.wait_for_function("() => !new URL(location.href).searchParams.has('start_us')")
+
+
+def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Server) -> None:
+    page.goto(memory_server.url)
+    link = page.get_by_test_id("snapshot-link")
+    link.wait_for()
+    assert "memory snapshot memory_snapshot" in link.inner_text()
+    link.click()
+    page.wait_for_url("**/memory?**")
+    assert query_of(page.url)["snapshot"] == "memory_snapshot"
+    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    screenshot(page, "memory-from-runs")

@@ -148,6 +148,15 @@ class DeviceMemory:
 
 
 def device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
+    """Memoised on the tables: every snapshot view of a device starts from it."""
+    key = ("device_memory", device)
+    found = tables.derived.get(key)
+    if found is None:
+        found = tables.derived[key] = _device_memory(tables, device)
+    return found
+
+
+def _device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
     entries = tables.table("entries")
     entry_device = np.asarray(entries["device"])
     first, last = np.searchsorted(entry_device, [device, device + 1])
@@ -157,11 +166,12 @@ def device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
     size = np.asarray(allocations["size"])[mine]
     start = np.asarray(allocations["start"])[mine]
     end = np.asarray(allocations["end"])[mine]
-    delta = np.zeros(len(rows), dtype=np.int64)
     started = start >= 0
-    np.add.at(delta, start[started] - first, size[started])
     ended = end >= 0
-    np.add.at(delta, end[ended] - first, -size[ended])
+    delta = np.bincount(start[started] - first, weights=size[started], minlength=len(rows)) - np.bincount(
+        end[ended] - first, weights=size[ended], minlength=len(rows)
+    )
+    delta = np.rint(delta).astype(np.int64)  # float64 sums of byte counts: exact below 2**53
     initial_allocated = int(size[~started].sum())
     allocated = initial_allocated + np.cumsum(delta)
 

@@ -147,11 +147,13 @@ def _sample_rows(
     chosen = [np.array([r0 - 1])]
     if len(rows):
         column = _column_of(x[rows], x0, x1, width_px)
-        boundaries = np.flatnonzero(np.diff(column)) + 1
-        starts = np.concatenate([[0], boundaries])
-        # argmax within each column: sort by (column, -allocated) and take the first of each column
-        order = np.lexsort((-allocated[rows], column))
-        firsts = order[np.searchsorted(column[order], column[starts])]
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(column)) + 1])
+        # each column's fullest entry: its maximum, then the first entry of the column that reaches it
+        values = allocated[rows]
+        highest = np.maximum.reduceat(values, starts)
+        counts = np.diff(np.concatenate([starts, [len(rows)]]))
+        at_max = np.flatnonzero(values == np.repeat(highest, counts))
+        firsts = at_max[np.searchsorted(at_max, starts)]
         chosen.append(rows[firsts])
     chosen.append(band_starts[(band_starts >= r0) & (band_starts < r1)])
     return np.unique(np.concatenate(chosen)).astype(np.int64)

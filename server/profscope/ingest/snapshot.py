@@ -8,7 +8,7 @@ Shapes handled (``anchors.md`` §3.2): a bare list of segments (oldest snapshots
 
 Big snapshots: a snapshot's trace entries share their frame dicts through the pickle memo, but each
 entry is its own dict with its own frame list, about 1 KB once decoded. So while the unpickler runs,
-every 32 MiB of input the reader turns the entries decoded so far into columns and empties their
+every 8 MiB of input the reader turns the entries decoded so far into columns and empties their
 dicts and frame lists, keeping the decoded size to a fraction of the pickle's.
 """
 
@@ -27,7 +27,7 @@ from profscope.snapshot_tables import ACTION, BLOCK_STATE, SEGMENT_TYPES, UNKNOW
 from profscope.tables import NO_ID, StringTable
 
 SNAPSHOT_PARSER_VERSION = 1  # bump when the tables a snapshot is read into change
-SWEEP_EVERY_BYTES = 32 << 20
+SWEEP_EVERY_BYTES = 8 << 20
 MAX_ANNOTATIONS = 10_000
 
 
