@@ -87,6 +87,13 @@ def live_allocations(tables: SnapshotTables, device: int, moment: str) -> tuple[
 
 def device_origin_us(tables: SnapshotTables, device: int) -> int | None:
     """The device's first entry time (the timeline's zero), None without times."""
+    key = ("origin_us", device)
+    if key not in tables.derived:
+        tables.derived[key] = _device_origin_us(tables, device)
+    return tables.derived[key]
+
+
+def _device_origin_us(tables: SnapshotTables, device: int) -> int | None:
     entries = tables.table("entries")
     first, last = np.searchsorted(np.asarray(entries["device"]), [device, device + 1])
     times = np.asarray(entries["time_us"])[first:last]

@@ -12,7 +12,9 @@ server draws only what is visible at the requested window and plot height:
 - each pixel column is represented by its entry with the most bytes allocated, so the top of the
   stack reaches every peak however far one zooms out; each shown band is also sampled where it
   starts, so a short-lived large allocation never falls between columns;
-- a band's points are kept only where its position moves by half a pixel or more.
+- a band's points are kept only where its position moves by half a pixel or more (up to 2 px when
+  all bands together would have more than ``MAX_POINTS`` points); when they still have too many,
+  only the larger half of the bands is drawn, and so on (the rest join the small allocations).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from profscope.analysis.snapshot_stacks import top_frames
 from profscope.snapshot_tables import SnapshotTables
 
 MAX_BANDS = 1500
+MAX_POINTS = 100_000  # all bands together (~2 MB of JSON): past this, fewer bands are drawn
+MAX_TOLERANCE_PX = 2.0
 SAMPLE_BLOCK = 256
 
 
@@ -75,19 +79,23 @@ def timeline(
     live_to = np.where(np.asarray(allocations["end"])[rows] < 0, n, live_to)
     # overlaps the window: live after some row in [r0 - 1, r1)
     overlaps = (live_from < r1) & (live_to > r0 - 1)
-    big = overlaps & (size >= bytes_per_px * min_px)
-    shown = np.flatnonzero(big)
-    if len(shown) > max_bands:
-        shown = shown[np.argsort(-size[shown], kind="stable")[:max_bands]]
-    shown = np.sort(shown)  # stacking order = allocation order (the initial ones are first)
-
-    samples = _sample_rows(x, memory.allocated, r0, r1, width_px, x0, x1, live_from[shown])
+    big = np.flatnonzero(overlaps & (size >= bytes_per_px * min_px))
+    big = big[np.argsort(-size[big], kind="stable")]  # largest first
+    while True:
+        shown = np.sort(big[:max_bands])  # stacking order = allocation order (the initial ones are first)
+        samples = _sample_rows(x, memory.allocated, r0, r1, width_px, x0, x1, live_from[shown])
+        allocated_at = np.where(samples >= 0, memory.allocated[np.maximum(samples, 0)], memory.initial_allocated)
+        raw_bands, summarized_top = _stack(size[shown], live_from[shown], live_to[shown], samples, allocated_at)
+        tolerance_px = 0.5
+        bands = _thin(raw_bands, tolerance_px * bytes_per_px)
+        while _points(bands) > MAX_POINTS and tolerance_px < MAX_TOLERANCE_PX:
+            tolerance_px *= 2
+            bands = _thin(raw_bands, tolerance_px * bytes_per_px)
+        if _points(bands) <= MAX_POINTS or max_bands <= 1:
+            break
+        max_bands = min(max_bands, len(shown)) // 2
     sample_x = np.where(samples >= 0, x[np.maximum(samples, 0)], x_min)
     sample_x = np.maximum(sample_x, x0)
-    allocated_at = np.where(samples >= 0, memory.allocated[np.maximum(samples, 0)], memory.initial_allocated)
-    bands, summarized_top = _stack(
-        size[shown], live_from[shown], live_to[shown], samples, allocated_at, bytes_per_px / 2
-    )
     stack_ids = np.asarray(allocations["stack"])[rows[shown]]
     addr = np.asarray(allocations["addr"])[rows[shown]]
     stream = np.asarray(allocations["stream"])[rows[shown]]
@@ -120,6 +128,7 @@ def timeline(
         "width_px": width_px,
         "height_px": height_px,
         "bytes_per_px": bytes_per_px,
+        "position_tolerance_px": tolerance_px,
         "peak_allocated_bytes": peak,
         "allocations_in_window": int(overlaps.sum()),
         "bands_shown": len(band_json),
@@ -170,7 +179,6 @@ def _stack(
     live_to: np.ndarray,
     samples: np.ndarray,
     allocated_at: np.ndarray,
-    tolerance: float,
 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
     """Bottom of every shown band at every sample where it is live, and the top of the summarized band."""
     k = len(size)
@@ -194,16 +202,24 @@ def _stack(
     for band in range(k):
         if not where[band]:
             bands.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
-            continue
-        points = np.concatenate(where[band])
-        heights = np.concatenate(bottoms[band])
+        else:
+            bands.append((np.concatenate(where[band]), np.concatenate(bottoms[band])))
+    return bands, summarized
+
+
+def _points(bands: list[tuple[np.ndarray, np.ndarray]]) -> int:
+    return sum(len(points) for points, _ in bands)
+
+
+def _thin(bands: list[tuple[np.ndarray, np.ndarray]], tolerance: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Keep a band's point where it moved by at least ``tolerance`` bytes since the previous point."""
+    thinned = []
+    for points, heights in bands:
         keep = np.ones(len(heights), bool)
         if len(heights) > 1:
-            # keep a point when the band moved by half a pixel since the last kept point (approximated by the
-            # previous point, which is exact for the step shape drawn)
             keep[1:] = np.abs(np.diff(heights)) >= tolerance
-        bands.append((points[keep], heights[keep]))
-    return bands, summarized
+        thinned.append((points[keep], heights[keep]))
+    return thinned
 
 
 def _column_envelope(
