@@ -120,11 +120,15 @@ def test_profiler_curve_range_selection_filters_both_tables(page, memory_server:
 
 def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Server) -> None:
     page.goto(memory_server.url)
-    link = page.get_by_test_id("snapshot-link")
-    link.wait_for()
-    assert "memory snapshot memory_snapshot" in link.inner_text()
+    links = page.get_by_test_id("snapshot-link")
+    links.first.wait_for()
+    assert sorted(links.all_inner_texts()) == [
+        "memory snapshot memory_snapshot",
+        "memory snapshot memory_snapshot_forward",
+    ]
+    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot_forward")
     link.click()
     page.wait_for_url("**/memory?**")
-    assert query_of(page.url)["snapshot"] == "memory_snapshot"
+    assert query_of(page.url)["snapshot"] == "memory_snapshot_forward"
     wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
     screenshot(page, "memory-from-runs")
