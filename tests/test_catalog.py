@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profscope.catalog import build_runs, classify
+from profscope.catalog import build_runs, classify, classify_snapshot
 from profscope.sources.base import ObjectInfo
 
 
@@ -29,9 +29,23 @@ def test_classify(key: str, expected: tuple | None) -> None:
 
 
 def test_not_traces_are_listed_with_a_reason() -> None:
-    for key, reason in [("x/memory_snapshot.pickle", "memory snapshot"), ("x/prof.sqlite", "Nsight")]:
-        found = classify(key)
-        assert found is not None and reason in (found[3] or "")
+    found = classify("x/prof.sqlite")
+    assert found is not None and "Nsight" in (found[3] or "")
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("exp/memory_snapshot.pickle", ("exp", "memory_snapshot", "memory_snapshot")),
+        ("job/oom_rank-3_host_123.pickle", ("job", "rank3", "oom_rank-3_host_123")),
+        ("job/snapshot_rank_12.pkl", ("job", "rank12", "snapshot_rank_12")),
+        ("job/traces/rank5_dp1_tp0/mem.pickle", ("job/traces", "rank5_dp1_tp0", "mem")),
+        ("job/frankly.pickle", ("job", "frankly", "frankly")),
+        ("job/trace.json", None),
+    ],
+)
+def test_snapshots_join_their_run_with_the_rank_as_worker(key: str, expected: tuple | None) -> None:
+    assert classify_snapshot(key) == expected
 
 
 def _info(key: str) -> ObjectInfo:
@@ -57,7 +71,10 @@ def test_runs_workers_and_spans_in_time_order() -> None:
     )
     run = runs["exp"]
     assert run.workers() == {"w0": ["150"], "w1": ["100", "200"], "w2": ["1"], "w10": ["1"]}
-    assert [f.key for f in run.files if f.refusal] == ["exp/snap.pickle"]
+    assert not [f.key for f in run.files if f.refusal]
+    assert [(s.key, s.worker, s.span) for s in run.snapshots()] == [("exp/snap.pickle", "snap", "snap")]
+    assert run.find_snapshot("snap", None).key == "exp/snap.pickle"
+    assert run.find_snapshot("w1", None) is None
     assert run.find("w1", None).span == "100"
     assert run.find(None, None).worker == "w0"
     assert run.find("nope", None) is None  # a named worker that does not exist is not replaced by another

@@ -51,8 +51,10 @@ memory                   only when the plugin shows the Memory view (``profile.m
                          memory_metric='B')`` metadata (devices, the "Peak Memory Usage" strings, number of
                          points after the plugin's LTTB sampling); ``stats`` =
                          ``profile.get_memory_stats(memory_metric='B')`` rows per device (``/memory``);
-                         ``events`` = per-device row counts of ``profile.get_memory_events(...)``
-                         (``/memory_events``: paired alloc/free rows plus unpaired halves).
+                         ``events_rows`` = per-device row counts of ``profile.get_memory_events(...)``
+                         (``/memory_events``: paired alloc/free rows plus unpaired halves) and
+                         ``events`` its first ``--top`` rows per device in time order (times in µs and
+                         sizes in bytes, rounded to 2 decimals by the plugin).
 plugin_log               WARNING+ messages the plugin logged (deduplicated, counted), e.g. dropped tail steps.
 
 Large tables are cut to the first ``--top`` rows (default 300) after a deterministic sort (see
@@ -400,6 +402,12 @@ def dump_memory(data: RunProfileData, profile, top: int) -> dict[str, Any] | Non
         stats_out[device] = as_dicts[:top]
         stats_totals[device] = len(as_dicts)
     events = profile.get_memory_events(time_metric="us", memory_metric="B")
+    event_columns = ["operator", "size_bytes", "alloc_time_us", "release_time_us", "duration_us"]
+    events_out = {}
+    for device, rows in sorted(events["rows"].items()):
+        as_dicts = [dict(zip(event_columns, (plain(v) for v in row), strict=True)) for row in rows]
+        as_dicts.sort(key=_sort_key_memory_event)
+        events_out[device] = as_dicts[:top]
     return {
         "peaks_bytes": peaks,
         "curve": {
@@ -412,7 +420,15 @@ def dump_memory(data: RunProfileData, profile, top: int) -> dict[str, Any] | Non
         "stats_rows_total": stats_totals,
         "stats": stats_out,
         "events_rows": {dev: len(rows) for dev, rows in sorted(events["rows"].items())},
+        "events": events_out,
     }
+
+
+def _sort_key_memory_event(row: dict[str, Any]) -> tuple:
+    """Time order: by allocation time (unpaired releases by release time), then the rest of the row."""
+    when = row["alloc_time_us"] if row["alloc_time_us"] is not None else row["release_time_us"]
+    release = row["release_time_us"] if row["release_time_us"] is not None else float("inf")
+    return (when, release, row["operator"], row["size_bytes"])
 
 
 def dump(path: str, top: int) -> dict[str, Any]:

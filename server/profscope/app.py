@@ -13,7 +13,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
-from profscope.api import distributed, runs, source, timeline, views
+from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, web_dir
 from profscope.config import Settings
 from profscope.logs import ACCESS_LOGGER
@@ -117,6 +117,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(views.router)
     app.include_router(source.router)
     app.include_router(timeline.router)
+    app.include_router(memory.router)
     app.include_router(distributed.router)
     app.include_router(auth.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")

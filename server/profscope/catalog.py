@@ -7,8 +7,11 @@ Layout rules (what people really have):
 - InternLM's ``traces/rank{r}_dp{d}_tp{t}_pp{p}/`` folders: the folder names the worker and its
   parent folder is the run;
 - a run is a folder of such files; files that appear later in a known run join it;
-- files that are clearly not kineto traces (memory snapshots, Nsight exports) are listed with the
-  reason they are not read as traces.
+- CUDA allocator snapshots (``*.pickle`` / ``*.pkl``) join the run of their folder; their worker is
+  the rank in their name (Megatron's ``oom_rank-3_*.pickle`` -> ``rank3``) or their rank folder, else
+  the file's stem;
+- files that are clearly not kineto traces (Nsight exports) are listed with the reason they are
+  not read as traces.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from profscope.ingest.kineto import PARSER_VERSION
+from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
 _PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
 _RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
 _MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+TRACE, SNAPSHOT = "trace", "snapshot"
 _NOT_TRACES = {
     ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
     ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
@@ -42,6 +48,7 @@ class TraceFile:
     worker: str
     span: str
     refusal: str | None = None  # set when the file is listed but not read as a trace
+    kind: str = TRACE  # or SNAPSHOT: a CUDA allocator snapshot, read by the Memory view
 
     @property
     def key(self) -> str:
@@ -50,7 +57,8 @@ class TraceFile:
     @property
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
-        text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{PARSER_VERSION}"
+        version = PARSER_VERSION if self.kind == TRACE else f"snapshot{SNAPSHOT_PARSER_VERSION}"
+        text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -60,7 +68,19 @@ class Run:
     files: list[TraceFile] = field(default_factory=list)
 
     def traces(self) -> list[TraceFile]:
-        return [f for f in self.files if f.refusal is None]
+        return [f for f in self.files if f.refusal is None and f.kind == TRACE]
+
+    def snapshots(self) -> list[TraceFile]:
+        """Allocator snapshots, by worker then name (``span`` holds the snapshot's name)."""
+        found = [f for f in self.files if f.kind == SNAPSHOT]
+        return sorted(found, key=lambda f: (_worker_order(f.worker), f.span))
+
+    def find_snapshot(self, worker: str | None, name: str | None) -> TraceFile | None:
+        """The snapshot of (worker, name); missing ones mean the first. Named but absent finds nothing."""
+        for snapshot in self.snapshots():
+            if (worker is None or snapshot.worker == worker) and (name is None or snapshot.span == name):
+                return snapshot
+        return None
 
     def workers(self) -> dict[str, list[str]]:
         """worker -> span ids in time order."""
@@ -129,13 +149,6 @@ def classify(key: str) -> tuple[str, str, str, str | None] | None:
     for suffix, reason in _NOT_TRACES.items():
         if lowered.endswith(suffix):
             return folder, path.stem, name, f"not a trace: {reason}"
-    if _MEMORY_SNAPSHOT.search(lowered):
-        return (
-            folder,
-            path.stem,
-            name,
-            ("a CUDA memory snapshot: it will open in the Memory view, which this version does not have yet"),
-        )
     if not _TRACE_LIKE.search(lowered):
         return None
     worker_folder = path.parent.name
@@ -151,6 +164,19 @@ def classify(key: str) -> tuple[str, str, str, str | None] | None:
     if plain:
         return folder, plain.group("stem"), DEFAULT_SPAN, None
     return folder, name, DEFAULT_SPAN, None  # *.raw.gz and friends: the parser says what they are
+
+
+def classify_snapshot(key: str) -> tuple[str, str, str] | None:
+    """(run folder, worker, snapshot name) of an allocator snapshot, or None when the key is not one."""
+    path = PurePosixPath(key)
+    if not _MEMORY_SNAPSHOT.search(path.name.lower()):
+        return None
+    folder = str(path.parent) if str(path.parent) != "." else ""
+    if _RANK_FOLDER.match(path.parent.name):
+        run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
+        return run_folder, path.parent.name, path.stem
+    rank = _RANK_IN_NAME.search(path.stem)
+    return folder, f"rank{rank.group(1)}" if rank else path.stem, path.stem
 
 
 def _stem(name: str) -> str:
@@ -170,7 +196,11 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
     several = len(listings) > 1 if several is None else several
     for label, uri, objects in listings:
         for info in objects:
+            kind = TRACE
             found = classify(info.key)
+            snapshot = classify_snapshot(info.key) if found is None else None
+            if snapshot is not None:
+                kind, found = SNAPSHOT, (*snapshot, None)
             if found is None:
                 continue
             folder, worker, span, refusal = found
@@ -178,7 +208,9 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
             if several:
                 run_name = f"{label}/{folder}" if folder else label
             run = runs.setdefault(run_name, Run(name=run_name))
-            run.files.append(TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal))
+            run.files.append(
+                TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal, kind=kind)
+            )
     for run in runs.values():
         _make_spans_unique(run)
     return dict(sorted(runs.items()))

@@ -16,6 +16,7 @@ PAGES = {
     "overview": "Overview",
     "operators": "Operator",
     "kernels": "Kernel",
+    "memory": "Memory",
     "distributed": "Distributed",
 }
 

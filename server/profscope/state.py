@@ -69,6 +69,7 @@ class Profscope:
             self.cache,
             settings.workers,
             settings.max_trace_bytes,
+            max_snapshot_bytes=settings.max_snapshot_bytes,
             source_for=self._sources.__getitem__,
             metrics=self.metrics.ingest,
         )
@@ -104,7 +105,7 @@ class Profscope:
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
         if self.settings.eager_ingest:
             for run in runs.values():
-                for trace in run.traces():
+                for trace in run.traces() + run.snapshots():
                     self.ingest.request(trace)
 
     def _list_root(self, root: RootStatus) -> bool:
@@ -164,18 +165,20 @@ class Profscope:
     def run_status(self, run: Run) -> dict[str, Any]:
         traces = run.traces()
         states = [self.ingest.state(t) for t in traces]
-        names = [s.state for s in states]
+        snapshots = run.snapshots()
+        snapshot_states = [self.ingest.state(s) for s in snapshots]
+        names = [s.state for s in states + snapshot_states]
         if names and all(n == "error" for n in names):
             state = "error"
         elif any(n in ("pending", "parsing", "queued") for n in names):
             state = "parsing"
         else:
             state = "ready"
-        total = sum(s.bytes_total for s in states) or 1
-        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states)
+        total = sum(s.bytes_total for s in states + snapshot_states) or 1
+        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states + snapshot_states)
         errors = [
             {"file": t.key, "message": s.message or "failed"}
-            for t, s in zip(traces, states, strict=True)
+            for t, s in zip(traces + snapshots, states + snapshot_states, strict=True)
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
@@ -184,13 +187,26 @@ class Profscope:
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states),
+            "views": self.views_of(run, traces, states, snapshots),
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
                 for t, s in zip(traces, states, strict=True)
             ],
+            "snapshots": [
+                {"file": f.key, "worker": f.worker, "snapshot": f.span, "bytes": f.info.size, **s.to_json()}
+                for f, s in zip(snapshots, snapshot_states, strict=True)
+            ],
         }
+
+    def memory_view_of(self, traces: list[TraceFile], states: list[Any], snapshots: list[TraceFile]) -> list[str]:
+        """["memory"] when the run has allocator snapshots or a parsed trace with memory events."""
+        if snapshots:
+            return ["memory"]
+        for trace, state in zip(traces, states, strict=True):
+            if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
+                return ["memory"]
+        return []
 
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
@@ -203,9 +219,10 @@ class Profscope:
                 workers.append({"worker": worker, "spans": readable})
         return workers
 
-    def views_of(self, run: Run, traces: list[TraceFile], states: list[Any]) -> list[str]:
+    def views_of(self, run: Run, traces: list[TraceFile], states: list[Any], snapshots: list[TraceFile]) -> list[str]:
+        """The pages a run has, in the navigation's order."""
         if not traces:
-            return []
+            return self.memory_view_of(traces, states, snapshots)
         views = ["overview", "operators"]
         for trace, state in zip(traces, states, strict=True):
             if state.state == "ready":
@@ -213,6 +230,7 @@ class Profscope:
                 if summary.get("kernels"):
                     views.append("kernels")
                     break
+        views.extend(self.memory_view_of(traces, states, snapshots))
         first = self.cache.summary(traces[0].cache_key) or {}
         if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
             views.append("distributed")

@@ -105,9 +105,7 @@ def test_store_answering_500_shows_the_status_and_recovers(proxied_s3: tuple[Fau
         assert _parsed(base)
 
 
-def test_store_answering_too_slowly_times_out_and_recovers(
-    proxied_s3: tuple[FaultProxy, str], tmp_path: Path
-) -> None:
+def test_store_answering_too_slowly_times_out_and_recovers(proxied_s3: tuple[FaultProxy, str], tmp_path: Path) -> None:
     proxy, uri = proxied_s3
     flags = ("--s3-endpoint-url", proxy.url, *FAST)
     with running_server([uri], tmp_path / "cache", *flags) as base:  # type: ignore[list-item]
@@ -120,9 +118,7 @@ def test_store_answering_too_slowly_times_out_and_recovers(
         wait_for(lambda: _root(base)["error"] is None, timeout=60)
 
 
-def test_object_reads_failing_mark_the_file_and_are_retried(
-    proxied_s3: tuple[FaultProxy, str], tmp_path: Path
-) -> None:
+def test_object_reads_failing_mark_the_file_and_are_retried(proxied_s3: tuple[FaultProxy, str], tmp_path: Path) -> None:
     """Listing works but reading the objects answers 500: the files say why, and are read again later."""
     proxy, uri = proxied_s3
     proxy.mode, proxy.only_paths = "fail", "/runs/tinygpt/"

@@ -46,6 +46,8 @@ class IngestRequest:
     cache_key: str
     cache_root: str
     max_trace_bytes: int
+    kind: str = "trace"  # or "snapshot" (catalog.SNAPSHOT)
+    max_snapshot_bytes: int = 8 << 30
 
 
 @dataclass
@@ -98,6 +100,10 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
             last_report = now
             _progress_queue.put((request.cache_key, bytes_read))
 
+    if request.kind == "snapshot":
+        from profscope.ingest.snapshot_job import ingest_snapshot
+
+        return ingest_snapshot(request, on_progress)
     started = time.perf_counter()
     try:
         with request.source.open(request.key) as raw:
@@ -205,12 +211,14 @@ class IngestManager:
         max_trace_bytes: int,
         source_for: Callable[[str], Source],
         metrics: IngestMetrics | None = None,
+        max_snapshot_bytes: int = 8 << 30,
     ) -> None:
         self.cache = cache
         self.source_for = source_for  # a trace's root URI -> the Source that reads it
         self.metrics = metrics
         self.workers = max(1, workers)
         self.max_trace_bytes = max_trace_bytes
+        self.max_snapshot_bytes = max_snapshot_bytes
         self._context = multiprocessing.get_context("spawn")
         self._progress = self._context.Queue()
         self._lock = threading.RLock()
@@ -304,6 +312,8 @@ class IngestManager:
                 cache_key=key,
                 cache_root=str(self.cache.root),
                 max_trace_bytes=self.max_trace_bytes,
+                kind=trace.kind,
+                max_snapshot_bytes=self.max_snapshot_bytes,
             )
             try:
                 future = self._ensure_pool().submit(_run_guarded, request)

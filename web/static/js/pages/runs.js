@@ -33,6 +33,29 @@ function spanChip(run, worker, span, index, count, file) {
   );
 }
 
+/** A CUDA allocator snapshot of the run: a chip that opens it on the Memory page. */
+function snapshotRow(run, snapshot) {
+  const details = [snapshot.file, `state: ${snapshot.state}`, snapshot.message].filter(Boolean).join("\n");
+  return [
+    el("span", { class: "worker", title: snapshot.worker, text: snapshot.worker }),
+    el(
+      "span",
+      { class: "span-chips" },
+      el(
+        "a",
+        {
+          class: `chip ${snapshot.state}`,
+          href: withQuery("/memory", { run: run.run, worker: snapshot.worker, snapshot: snapshot.snapshot }),
+          title: details,
+          "data-testid": "snapshot-link",
+        },
+        el("span", { class: "dot" }),
+        `memory snapshot ${snapshot.snapshot}`,
+      ),
+    ),
+  ];
+}
+
 function workersCell(run) {
   const fileOf = new Map((run.files || []).map((f) => [`${f.worker}\u0000${f.span}`, f]));
   const rows = (run.workers || []).map((w) => [
@@ -43,6 +66,7 @@ function workersCell(run) {
       w.spans.map((s, i) => spanChip(run, w.worker, s, i, w.spans.length, fileOf.get(`${w.worker}\u0000${s}`))),
     ),
   ]);
+  for (const snapshot of run.snapshots || []) rows.push(snapshotRow(run, snapshot));
   if (!rows.length) return el("span", { class: "muted", text: "no readable trace" });
   const list = el("div", { class: "worker-list" }, rows.slice(0, WORKERS_SHOWN));
   if (rows.length <= WORKERS_SHOWN) return list;
@@ -62,7 +86,7 @@ function workersCell(run) {
 function stateCell(run) {
   const cell = el("div", {}, el("span", { class: `badge ${run.state}`, text: run.state }));
   if (run.state === "parsing") {
-    const files = run.files || [];
+    const files = [...(run.files || []), ...(run.snapshots || [])];
     const done = files.reduce((sum, f) => sum + (f.state === "ready" || f.state === "error" ? f.bytes_total : f.bytes_done), 0);
     const total = files.reduce((sum, f) => sum + (f.bytes_total || 0), 0);
     cell.append(
@@ -74,7 +98,7 @@ function stateCell(run) {
 }
 
 function filesCell(run) {
-  const files = run.files || [];
+  const files = [...(run.files || []), ...(run.snapshots || [])];
   const bytes = files.reduce((sum, f) => sum + (f.bytes || 0), 0);
   return `${fmtInt(files.length)} \u00b7 ${fmtBytes(bytes)}`;
 }
@@ -97,10 +121,10 @@ function errorRow(run) {
   );
 }
 
-const VIEW_LABELS = { overview: "Overview", operators: "Operator", kernels: "Kernel" };
+const VIEW_LABELS = { overview: "Overview", operators: "Operator", kernels: "Kernel", memory: "Memory" };
 
 function viewLinks(run) {
-  if (!run.workers?.length) return null;
+  if (!run.workers?.length && !run.snapshots?.length) return null;
   const links = (run.views || []).map((view) =>
     el("a", { href: withQuery(`/${view}`, { run: run.run }), text: VIEW_LABELS[view] || view }),
   );
@@ -109,8 +133,9 @@ function viewLinks(run) {
 
 function runRow(run) {
   const first = run.workers?.[0];
-  const name = first
-    ? el("a", { class: "run-name", href: withQuery("/overview", { run: run.run }), text: run.run })
+  const page = first ? "/overview" : run.snapshots?.length ? "/memory" : null;
+  const name = page
+    ? el("a", { class: "run-name", href: withQuery(page, { run: run.run }), text: run.run })
     : el("span", { class: "run-name", text: run.run });
   return el(
     "tr",

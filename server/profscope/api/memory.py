@@ -1,0 +1,277 @@
+"""JSON twins of the Memory page: the profiler's memory events, and CUDA allocator snapshots.
+
+Both read the cached tables memory-mapped; the few structures a request needs (device names and
+sorted records, the event attribution, a snapshot's tables) are kept for the last few files.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from threading import Lock
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import Response
+
+from profscope.analysis.memory import (
+    MemoryAttribution,
+    MemoryRecords,
+    curve,
+    memory_events,
+    memory_records,
+    memory_statistics,
+    peaks,
+)
+from profscope.analysis.snapshot_stacks import allocation_row, stack_frames, stack_tree, top_allocations
+from profscope.analysis.snapshot_state import oom_moments, segment_state
+from profscope.analysis.snapshot_timeline import timeline
+from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
+from profscope.api.source import frame_links
+from profscope.catalog import Run, TraceFile
+from profscope.snapshot_tables import SnapshotTables
+from profscope.tables import TraceTables
+
+router = APIRouter(prefix="/api/memory", tags=["memory"])
+
+_STATUS_DOC = {
+    202: {"description": "The file is being read: `{state, progress, bytes_done, bytes_total}`; ask again."},
+    404: {"description": "No such run, worker, span, snapshot or device: `{detail}`."},
+    422: {"description": "The file could not be read (e.g. a pickle that is not plain data): `{error, file}`."},
+}
+KEEP_LOADED = 4
+
+
+class _Loaded:
+    """The last few files' request-time structures, by cache key."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._lock = Lock()
+
+    def get(self, key: str, build: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = build()
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > KEEP_LOADED:
+                self._items.popitem(last=False)
+        return value
+
+
+_loaded = _Loaded()
+
+
+def _ident(file: TraceFile) -> dict[str, str]:
+    return {"run": file.run, "worker": file.worker, "file": file.key}
+
+
+def _window(start_us: float | None, end_us: float | None) -> None:
+    if start_us is not None and end_us is not None and end_us < start_us:
+        raise HTTPException(422, detail=f"end_us ({end_us}) is before start_us ({start_us})")
+
+
+# ---- profiler memory events ----------------------------------------------------------------------
+@router.get("", responses=_STATUS_DOC, summary="Profiler memory: devices, peaks, curve, memory events, per-op stats")
+def profiler_memory(
+    request: Request,
+    trace: TraceFile = Depends(get_trace),
+    device: str | None = Query(None, description="CPU, GPU0, ...; default: the first GPU, else CPU"),
+    start_us: float | None = Query(None, description="Window start, µs since the trace's first event"),
+    end_us: float | None = Query(None, description="Window end, µs since the trace's first event"),
+    width_px: int = Query(1500, ge=10, le=20000, description="Plot width: the curve keeps ~4 points per pixel"),
+) -> Response:
+    """The curve is `[[t_us, allocated_bytes, reserved_bytes], ...]`, downsampled per pixel column keeping each
+    column's first, last, lowest and highest points. `events` and `stats` are limited to the window."""
+    _window(start_us, end_us)
+    state = get_state(request)
+    data, pending = payload_or_status(state, trace, "memory.attribution")
+    if pending is not None:
+        return pending
+    tables, records, attribution = _loaded.get(
+        trace.cache_key, lambda: _load_profiler_memory(state.cache.tables_dir(trace.cache_key), data)
+    )
+    base = {**_ident(trace), "span": trace.span, "devices": records.names}
+    if not records.names:
+        return json_response(
+            {
+                **base,
+                "device": None,
+                "reason": "this trace has no [memory] events: profile with profile_memory=True to record them",
+                "curve": [],
+                "events": [],
+                "stats": [],
+            }
+        )
+    chosen = device or next((d for d in records.names if d.startswith("GPU")), records.names[0])
+    if chosen not in records.names:
+        raise HTTPException(404, detail=f"no device {chosen!r} in this trace; it has {records.names}")
+    drawn = curve(records, chosen, start_us, end_us, width_px)
+    device_peaks = peaks(records)
+    return json_response(
+        {
+            **base,
+            "device": chosen,
+            "peak_allocated_bytes": device_peaks[chosen]["peak_allocated_bytes"],
+            "peak_reserved_bytes": device_peaks[chosen]["peak_reserved_bytes"],
+            "peaks": device_peaks,
+            **drawn,
+            "events": memory_events(tables, records, attribution, chosen, start_us, end_us),
+            "stats": memory_statistics(tables, records, attribution, start_us, end_us).get(chosen, []),
+        }
+    )
+
+
+def _load_profiler_memory(tables_dir: Any, attribution_json: bytes) -> tuple:
+    tables = TraceTables.load(tables_dir)
+    records: MemoryRecords = memory_records(tables)
+    body = orjson.loads(attribution_json)
+    attribution = MemoryAttribution.from_json(body) if body else _no_attribution(tables)
+    return tables, records, attribution
+
+
+def _no_attribution(tables: TraceTables) -> MemoryAttribution:
+    import numpy as np
+
+    empty = np.zeros(0, dtype=np.int64)
+    return MemoryAttribution(
+        np.full(tables.row_count("memory"), -1), empty, empty, empty, empty, empty.astype(bool), empty.astype(bool)
+    )
+
+
+# ---- allocator snapshots -------------------------------------------------------------------------
+def get_snapshot(
+    request: Request,
+    run: Run = Depends(get_run),
+    worker: str | None = Query(None, description="Worker (rank) of the snapshot; default: the first"),
+    snapshot: str | None = Query(None, description="Snapshot name (the file name without .pickle); default: first"),
+) -> TraceFile:
+    found = run.find_snapshot(worker, snapshot)
+    if found is None:
+        raise HTTPException(404, detail=f"run {run.name!r} has no snapshot {snapshot!r} of worker {worker!r}")
+    return found
+
+
+def _snapshot_view(request: Request, snapshot: TraceFile, shape: Callable[[SnapshotTables, dict], dict]) -> Response:
+    state = get_state(request)
+    data, pending = payload_or_status(state, snapshot, "snapshot.summary")
+    if pending is not None:
+        return pending
+    summary = orjson.loads(data)
+    tables = _loaded.get(snapshot.cache_key, lambda: SnapshotTables.load(state.cache.tables_dir(snapshot.cache_key)))
+    return json_response({**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)})
+
+
+def _device(summary: dict, device: int | None) -> int:
+    devices = [d["device"] for d in summary["devices"]]
+    if device is None:
+        if not devices:
+            raise HTTPException(404, detail="this snapshot has no device with segments or trace entries")
+        return devices[0]
+    if device not in devices:
+        raise HTTPException(404, detail=f"no device {device} in this snapshot; it has {devices}")
+    return device
+
+
+DeviceQuery = Query(None, ge=0, description="CUDA device index; default: the first in the snapshot")
+Moment = Literal["peak", "end"]
+MomentQuery = Query("peak", description="peak: live at the device's peak allocated bytes; end: at snapshot time")
+
+
+@router.get("/snapshot", responses=_STATUS_DOC, summary="Snapshot summary: devices, peaks, allocator settings")
+def snapshot_summary(request: Request, snapshot: TraceFile = Depends(get_snapshot)) -> Response:
+    return _snapshot_view(request, snapshot, lambda tables, summary: summary)
+
+
+@router.get("/snapshot/timeline", responses=_STATUS_DOC, summary="Active memory timeline, drawn at a size")
+def snapshot_timeline(
+    request: Request,
+    snapshot: TraceFile = Depends(get_snapshot),
+    device: int | None = DeviceQuery,
+    start: float | None = Query(None, description="Window start on the x axis (µs since the first entry, or entry)"),
+    end: float | None = Query(None, description="Window end on the x axis"),
+    width_px: int = Query(1200, ge=10, le=8000, description="Plot width in pixels"),
+    height_px: int = Query(500, ge=10, le=8000, description="Plot height in pixels"),
+    min_px: float = Query(0.25, gt=0, le=100, description="Allocations less tall than this (pixels) are merged"),
+) -> Response:
+    """Bands: allocations at least `min_px` tall at this window and height, each with its bottom `y` (bytes)
+    at the x positions where it moves; the rest is one "small allocations" band (`summarized`)."""
+    _window(start, end)
+    return _snapshot_view(
+        request,
+        snapshot,
+        lambda tables, summary: timeline(
+            tables, _device(summary, device), start, end, width_px, height_px, min_px=min_px
+        ),
+    )
+
+
+@router.get("/snapshot/segments", responses=_STATUS_DOC, summary="Allocator state: segments, blocks, fragmentation")
+def snapshot_segments(
+    request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
+) -> Response:
+    return _snapshot_view(request, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device)))
+
+
+@router.get("/snapshot/top", responses=_STATUS_DOC, summary="Largest allocations live at the peak (or at the end)")
+def snapshot_top(
+    request: Request,
+    snapshot: TraceFile = Depends(get_snapshot),
+    device: int | None = DeviceQuery,
+    moment: Moment = MomentQuery,
+    limit: int = Query(100, ge=1, le=5000, description="How many allocations"),
+) -> Response:
+    return _snapshot_view(
+        request, snapshot, lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit)
+    )
+
+
+@router.get("/snapshot/stacks", responses=_STATUS_DOC, summary="Live bytes grouped by call stack (sunburst)")
+def snapshot_stacks(
+    request: Request,
+    snapshot: TraceFile = Depends(get_snapshot),
+    device: int | None = DeviceQuery,
+    moment: Moment = MomentQuery,
+) -> Response:
+    return _snapshot_view(
+        request, snapshot, lambda tables, summary: stack_tree(tables, _device(summary, device), moment)
+    )
+
+
+@router.get("/snapshot/oom", responses=_STATUS_DOC, summary="Out-of-memory moments: request, free memory, live")
+def snapshot_oom(
+    request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
+) -> Response:
+    return _snapshot_view(request, snapshot, lambda tables, summary: oom_moments(tables, _device(summary, device)))
+
+
+@router.get("/snapshot/allocation", responses=_STATUS_DOC, summary="One allocation with its whole call stack")
+def snapshot_allocation(
+    request: Request,
+    snapshot: TraceFile = Depends(get_snapshot),
+    id: int = Query(..., ge=0, description="Allocation id (as in the timeline's bands and the top table)"),
+    all_frames: bool = Query(False, description="Also the interpreter's and the allocator's own frames"),
+) -> Response:
+    """Frames innermost first, each with jump-to-source links when its file is under a source root."""
+    settings = get_state(request).settings
+
+    def shape(tables: SnapshotTables, summary: dict) -> dict:
+        if id >= tables.row_count("allocations"):
+            raise HTTPException(404, detail=f"no allocation {id}")
+        row = allocation_row(tables, id)
+        frames = [_linked(settings, f) for f in stack_frames(tables, row["stack"], python_only=False)]
+        if not all_frames:
+            frames = [f for f in frames if f["filename"].endswith(".py")] or frames
+        return {**row, "device": int(tables.table("allocations")["device"][id]), "frames": frames}
+
+    return _snapshot_view(request, snapshot, shape)
+
+
+def _linked(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
+    if frame["filename"] in ("", "??") or frame["line"] <= 0:
+        return {**frame, "links": {}}
+    return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]})}

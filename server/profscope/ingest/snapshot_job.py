@@ -1,0 +1,68 @@
+"""Ingest of one allocator snapshot, in a worker process: read safely, normalise, pair, cache."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from profscope.cache import TraceCache
+from profscope.ingest.jobs import IngestRequest, release_freed_memory
+from profscope.ingest.safe_pickle import PickleRefused
+from profscope.ingest.snapshot import SnapshotFormatError, parse_snapshot
+from profscope.sources import SourceError, open_source
+
+log = logging.getLogger("profscope.ingest")
+
+
+def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) -> dict[str, Any]:
+    from profscope.analysis.payloads import registered
+    from profscope.analysis.snapshot_allocations import build_allocations
+
+    cache = TraceCache(Path(request.cache_root))
+    started = time.perf_counter()
+    try:
+        source = open_source(request.source_uri)
+        with source.open(request.key) as raw:
+            tables = parse_snapshot(raw, request.max_snapshot_bytes, on_progress=on_progress)
+    except (PickleRefused, SnapshotFormatError, SourceError) as exc:
+        error = {"message": f"{request.key}: {exc}", "kind": type(exc).__name__}
+        cache.write_error(request.cache_key, error)
+        return {"error": error["message"]}
+    parse_s = time.perf_counter() - started
+    release_freed_memory()  # the decoded pickle's objects: give their pages back before pairing
+    phase_s: dict[str, float] = {}
+    mark = time.perf_counter()
+    tables.columns["allocations"] = build_allocations(tables)
+    phase_s["allocations"] = time.perf_counter() - mark
+    mark = time.perf_counter()
+    tables.save(cache.tables_dir(request.cache_key))
+    phase_s["save_tables"] = time.perf_counter() - mark
+    view_errors = {}
+    for name, builder in registered("snapshot").items():
+        mark = time.perf_counter()
+        try:
+            cache.write_view(request.cache_key, name, builder(tables))
+            phase_s[name] = time.perf_counter() - mark
+        except Exception as exc:  # one broken view must not hide the others
+            log.exception("view %s failed for %s", name, request.key)
+            view_errors[name] = f"{type(exc).__name__}: {exc}"
+            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    summary = {
+        "key": request.key,
+        "kind": "snapshot",
+        "entries": tables.row_count("entries"),
+        "segments": tables.row_count("segments"),
+        "blocks": tables.row_count("blocks"),
+        "allocations": tables.row_count("allocations"),
+        "devices": tables.meta["devices"],
+        "warnings": tables.meta.get("warnings", []),
+        "parse_s": parse_s,
+        "phase_s": phase_s,
+        "total_s": time.perf_counter() - started,
+        "view_errors": view_errors,
+    }
+    cache.write_summary(request.cache_key, summary)
+    return summary

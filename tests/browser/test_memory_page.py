@@ -1,0 +1,134 @@
+"""The Memory page in Chromium: a snapshot's timeline (hover, pin, jump to source) and the profiler curve."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .support import Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+
+pytestmark = pytest.mark.browser
+
+SNAPSHOT_RUN = "notHanmin_assignment2-systems"
+SCRIPT = "cs336_systems/benchmarking_script.py"  # the profiled script the snapshot's stacks point at
+
+
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    work = tmp_path_factory.mktemp("memory-server")
+    sources = work / "sources"
+    (sources / "cs336_systems").mkdir(parents=True)
+    (sources / SCRIPT).write_text(
+        "".join(f"# line {n} of a stand-in for the benchmark script\n" for n in range(1, 300))
+    )
+    roots = [corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}"), corpus_path("generated/tinygpt_cpu")]
+    started = start_server(roots, work / "cache", work / "server.log", "--source-root", str(sources))
+    try:
+        started.wait_parsed()
+        yield started
+    finally:
+        started.stop()
+
+
+def _band_point(page) -> dict:
+    """Pixel position (in the page) of the middle of the largest drawn band, and what it is."""
+    return page.evaluate(
+        """() => {
+          const chart = document.getElementById('snapshot-timeline');
+          const layout = chart._fullLayout;
+          const box = chart.getBoundingClientRect();
+          const url = new URL(document.getElementById('json-link').href);
+          return fetch(url).then((r) => r.json()).then((data) => {
+            const band = data.bands.reduce((a, b) => (b.size > a.size ? b : a));
+            const i = Math.floor(band.x.length / 2);
+            const x = (band.x[i] + (band.x[i + 1] ?? band.x_end)) / 2;
+            const y = (band.y[i] + band.size / 2) / (1024 * 1024);
+            const left = box.left + layout._size.l + layout.xaxis.d2p(x);
+            const top = box.top + layout._size.t + layout.yaxis.d2p(y);
+            return { left, top, addr: band.addr, id: band.id };
+          });
+        }"""
+    )
+
+
+def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Server) -> None:
+    page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
+    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    page.get_by_test_id("segments-chart").locator("g.trace.bars").first.wait_for()
+    note = page.locator(".timeline-note").inner_text()
+    assert "allocations drawn one by one" in note and "summarized" in note
+
+    point = _band_point(page)
+    page.mouse.move(point["left"], point["top"])
+    tooltip = page.get_by_test_id("band-tooltip")
+    tooltip.wait_for(state="visible")
+    assert point["addr"] in tooltip.inner_text()
+    assert "MB at 0x" in tooltip.inner_text()
+    screenshot(page, "memory-snapshot-hover")
+
+    page.mouse.click(point["left"], point["top"])
+    detail = page.get_by_test_id("allocation-detail")
+    frames = detail.get_by_test_id("allocation-frames")
+    frames.wait_for()
+    assert query_of(page.url)["allocation"] == str(point["id"])
+    link = frames.locator("a.frame-link", has_text="benchmarking_script.py").first
+    target_line = int(link.inner_text().rsplit(":", 1)[1])
+    screenshot(page, "memory-snapshot-pinned")
+    link.click()
+    page.wait_for_url("**/source?**")
+    row = page.locator("tr.target")
+    row.wait_for()
+    assert row.get_attribute("data-line") == str(target_line)
+    assert "stand-in for the benchmark script" in row.inner_text()
+
+
+def test_profiler_curve_range_selection_filters_both_tables(page, memory_server: Server) -> None:
+    page.goto(f"{memory_server.url}/memory?run=tinygpt_cpu")
+    wait_for_plot(page, "#memory-curve", "g.scatterlayer path.js-line")
+    events_count = page.get_by_test_id("events-table").locator("tbody tr").count()
+    assert events_count > 100
+    _, full = get_json(f"{memory_server.url}/api/memory?run=tinygpt_cpu")
+    plot = page.locator("#memory-curve .nsewdrag").first.bounding_box()
+    y = plot["y"] + plot["height"] / 2
+    page.mouse.move(plot["x"] + plot["width"] * 0.25, y)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + plot["width"] * 0.35, y, steps=8)
+    page.mouse.up()
+    page.get_by_test_id("range").wait_for()
+    params = query_of(page.url)
+    start, end = float(params["start_us"]), float(params["end_us"])
+    assert 0 < start < end
+    _, windowed = get_json(
+        f"{memory_server.url}/api/memory?run=tinygpt_cpu&start_us={params['start_us']}&end_us={params['end_us']}"
+    )
+    assert 0 < len(windowed["events"]) < len(full["events"])
+    assert 0 < len(windowed["stats"]) <= len(full["stats"])
+    for row in windowed["events"]:
+        times = [t for t in (row["alloc_time_us"], row["release_time_us"]) if t is not None]
+        assert all(start <= t <= end for t in times)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('[data-testid=events-table] tbody tr').length === n",
+        arg=min(len(windowed["events"]), 1000),
+    )
+    counts = page.get_by_test_id("memory-events").locator("h2").inner_text()
+    assert f"{len(windowed['events']):,} rows" in counts
+    screenshot(page, "memory-profiler-range")
+    page.get_by_role("button", name="Reset range").click()
+    page.wait_for_function("() => !new URL(location.href).searchParams.has('start_us')")
+
+
+def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Server) -> None:
+    page.goto(memory_server.url)
+    links = page.get_by_test_id("snapshot-link")
+    links.first.wait_for()
+    assert sorted(links.all_inner_texts()) == [
+        "memory snapshot memory_snapshot",
+        "memory snapshot memory_snapshot_forward",
+    ]
+    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot_forward")
+    link.click()
+    page.wait_for_url("**/memory?**")
+    assert query_of(page.url)["snapshot"] == "memory_snapshot_forward"
+    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    screenshot(page, "memory-from-runs")

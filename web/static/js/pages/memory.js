@@ -1,0 +1,726 @@
+// Memory view: the profiler's memory events (curve, events, per-operator statistics) or a CUDA
+// allocator snapshot (active memory timeline, allocator state, top allocations, call stacks, OOM).
+// State in the URL: run, worker, span | snapshot, device, start/end (window), moment, sorts.
+
+import { getJSON, isAbort, loadView } from "../api.js";
+import { FONT, PALETTE, PLOT_CONFIG, plotly, plotText } from "../charts.js";
+import { byId, clear, el } from "../dom.js";
+import { DASH, fmtBytes, fmtInt, fmtPctSign, fmtUs } from "../format.js";
+import { setJsonLink, showViewError, updateNavLinks } from "../selector.js";
+import { emptyState, errorBox, loading } from "../status.js";
+import { renderTable, sortRows } from "../table.js";
+import { readParams, updateUrl, withQuery } from "../urlstate.js";
+
+const params = readParams();
+const statusEl = byId("status");
+const root = byId("memory");
+let controller = null;
+
+const MIB = 1024 * 1024;
+const STATE_COLORS = { active_allocated: "#4e79a7", active_pending_free: "#e15759", inactive: "#d5d9df" };
+
+function numberOrNull(value) {
+  const n = Number(value);
+  return value === undefined || value === "" || Number.isNaN(n) ? null : n;
+}
+
+// ---- selection -------------------------------------------------------------------------------------
+function sourcesOf(runInfo) {
+  const traces = (runInfo.workers || []).flatMap((w) =>
+    w.spans.map((s) => ({ kind: "trace", worker: w.worker, span: s, label: `trace \u00b7 ${w.worker} \u00b7 ${s}` })),
+  );
+  const snapshots = (runInfo.snapshots || [])
+    .filter((s) => s.state !== "error")
+    .map((s) => ({ kind: "snapshot", worker: s.worker, snapshot: s.snapshot, label: `snapshot \u00b7 ${s.worker} \u00b7 ${s.snapshot}` }));
+  return [...traces, ...snapshots];
+}
+
+function sourceKey(source) {
+  return source.kind === "trace" ? `t\u0000${source.worker}\u0000${source.span}` : `s\u0000${source.worker}\u0000${source.snapshot}`;
+}
+
+function chooseSource(sources) {
+  if (params.snapshot) return sources.find((s) => s.kind === "snapshot" && s.snapshot === params.snapshot && (!params.worker || s.worker === params.worker));
+  if (params.span || params.worker) {
+    return sources.find((s) => s.kind === "trace" && (!params.worker || s.worker === params.worker) && (!params.span || s.span === params.span));
+  }
+  return sources[0];
+}
+
+function renderBar(runs, runInfo, sources, current) {
+  const runSelect = el(
+    "select",
+    { id: "sel-run", "aria-label": "Run", onchange: (e) => location.assign(withQuery("/memory", { run: e.target.value })) },
+    runs.map((r) => el("option", { value: r.run, selected: r.run === runInfo.run, text: r.run })),
+  );
+  const sourceSelect = el(
+    "select",
+    {
+      id: "sel-source",
+      "aria-label": "Trace or snapshot",
+      onchange: (e) => {
+        const next = sources.find((s) => sourceKey(s) === e.target.value);
+        location.assign(withQuery("/memory", { run: runInfo.run, worker: next.worker, span: next.span, snapshot: next.snapshot }));
+      },
+    },
+    sources.map((s) => el("option", { value: sourceKey(s), selected: current && sourceKey(s) === sourceKey(current), text: s.label })),
+  );
+  clear(
+    byId("selector"),
+    el("label", {}, "Run", runSelect),
+    el("label", {}, "Source", sourceSelect),
+    el("span", { class: "spacer" }),
+    el("a", { id: "json-link", href: "#", hidden: true, title: "This view as JSON (the API call the page makes)", text: "JSON" }),
+  );
+}
+
+async function start() {
+  let data;
+  try {
+    data = await getJSON("/api/runs");
+  } catch (error) {
+    clear(statusEl, errorBox({ title: "Cannot list runs", message: error.message }));
+    return;
+  }
+  const runs = data.runs || [];
+  if (!runs.length) {
+    clear(byId("selector"));
+    clear(statusEl, emptyState("No traces or snapshots found", el("a", { href: "/", text: "See the Runs page" })));
+    return;
+  }
+  const runInfo = params.run
+    ? runs.find((r) => r.run === params.run)
+    : runs.find((r) => (r.views || []).includes("memory")) || runs[0];
+  if (!runInfo) {
+    clear(statusEl, errorBox({ title: "Unknown run", message: `There is no run named \u201c${params.run}\u201d.` }));
+    return;
+  }
+  const sources = sourcesOf(runInfo);
+  const current = chooseSource(sources);
+  renderBar(runs, runInfo, sources, current);
+  if (!current) {
+    const reasons = (runInfo.errors || []).map((e) => `${e.file}: ${e.message}`).join("\n");
+    clear(statusEl, errorBox({ title: "Nothing to show in this run", message: reasons || "No readable trace or snapshot." }));
+    return;
+  }
+  const ident =
+    current.kind === "trace"
+      ? { run: runInfo.run, worker: current.worker, span: current.span }
+      : { run: runInfo.run, worker: current.worker, snapshot: current.snapshot };
+  updateUrl(ident);
+  updateNavLinks(current.kind === "trace" ? ident : { run: runInfo.run }, runInfo);
+  if (current.kind === "trace") new ProfilerMemory(ident).load();
+  else new SnapshotMemory(ident).load();
+}
+
+function deviceSelect(devices, current, label, onChange) {
+  return el(
+    "label",
+    {},
+    label,
+    el(
+      "select",
+      { id: "sel-device", "aria-label": "Device", onchange: (e) => onChange(e.target.value) },
+      devices.map((d) => el("option", { value: String(d.value), selected: String(d.value) === String(current), text: d.label })),
+    ),
+  );
+}
+
+function stat(label, value, title = null) {
+  return el("div", { class: "mem-stat", title }, el("div", { class: "label", text: label }), el("div", { class: "value", text: value }));
+}
+
+function tablePanel(title, sub, testid) {
+  const body = el("div", { class: "mem-table" });
+  const count = el("span", { class: "sub" });
+  return { panel: el("section", { class: "panel", "data-testid": testid }, el("h2", {}, title, el("span", { class: "sub", text: sub }), count), body), body, count };
+}
+
+// ---- profiler memory events ----------------------------------------------------------------------
+const EVENT_COLUMNS = [
+  { key: "operator", label: "Operator", cls: "name" },
+  { key: "size_bytes", label: "Size", num: true, format: fmtBytes },
+  { key: "alloc_time_us", label: "Allocation Time (\u00b5s)", num: true, format: fmtUs },
+  { key: "release_time_us", label: "Release Time (\u00b5s)", num: true, format: fmtUs },
+  { key: "duration_us", label: "Duration (\u00b5s)", num: true, format: fmtUs },
+];
+const STAT_COLUMNS = [
+  { key: "operator", label: "Operator", cls: "name" },
+  { key: "calls", label: "Calls", num: true, format: fmtInt },
+  { key: "size_increase_bytes", label: "Size Increase", num: true, format: fmtBytes, title: "Memory increase including all operators called by it" },
+  { key: "self_size_increase_bytes", label: "Self Size Increase", num: true, format: fmtBytes, title: "Memory increase by the operator itself" },
+  { key: "allocation_count", label: "Allocation Count", num: true, format: fmtInt, title: "Allocations including all operators called by it" },
+  { key: "self_allocation_count", label: "Self Allocation Count", num: true, format: fmtInt },
+  { key: "allocation_size_bytes", label: "Allocation Size", num: true, format: fmtBytes, title: "Bytes allocated including all operators called by it (frees not subtracted)" },
+  { key: "self_allocation_size_bytes", label: "Self Allocation Size", num: true, format: fmtBytes },
+];
+
+class ProfilerMemory {
+  constructor(ident) {
+    this.ident = ident;
+    this.device = params.device || null;
+    this.window = { start: numberOrNull(params.start_us), end: numberOrNull(params.end_us) };
+    this.eventsSort = params.events_sort || "alloc_time_us";
+    this.statsSort = params.stats_sort || "-self_size_increase_bytes";
+  }
+
+  query() {
+    return { ...this.ident, device: this.device, start_us: this.window.start, end_us: this.window.end, width_px: 1500 };
+  }
+
+  async load() {
+    controller?.abort();
+    controller = new AbortController();
+    if (!this.data) clear(root, loading());
+    const url = withQuery("/api/memory", this.query());
+    setJsonLink(url);
+    try {
+      this.data = await loadView(url, { statusEl, signal: controller.signal });
+    } catch (error) {
+      if (!isAbort(error)) {
+        clear(root);
+        showViewError(statusEl, error, this.ident);
+      }
+      return;
+    }
+    this.device = this.data.device;
+    updateUrl({ device: this.device });
+    this.render();
+  }
+
+  render() {
+    const data = this.data;
+    if (!data.devices.length) {
+      clear(root, emptyState("This trace has no memory events", data.reason || "", "Pick an allocator snapshot in Source, if the run has one."));
+      return;
+    }
+    const windowed = this.window.start !== null || this.window.end !== null;
+    const controls = el(
+      "div",
+      { class: "controls" },
+      deviceSelect(data.devices.map((d) => ({ value: d, label: d })), data.device, "Device", (next) => {
+        this.device = next;
+        this.window = { start: null, end: null };
+        updateUrl({ device: next, start_us: null, end_us: null });
+        this.load();
+      }),
+      windowed
+        ? el("span", { class: "window-note", "data-testid": "range" },
+            `Range ${fmtUs(data.window_us[0])} \u2013 ${fmtUs(data.window_us[1])} \u00b5s `,
+            el("button", { type: "button", text: "Reset range", onclick: () => this.setWindow(null, null) }))
+        : el("span", { class: "muted", text: "Drag on the curve to select a time range; both tables follow it." }),
+    );
+    const stats = el(
+      "div",
+      { class: "mem-stats" },
+      stat("Peak allocated", fmtBytes(data.peak_allocated_bytes), "Largest 'Total Allocated' of this device's memory events"),
+      stat("Peak reserved", fmtBytes(data.peak_reserved_bytes), "Largest 'Total Reserved' (allocated + cached by the allocator)"),
+      stat("Memory events in range", fmtInt(data.points_in_window)),
+    );
+    const chart = el("div", { class: "chart", id: "memory-curve", "data-testid": "memory-curve" });
+    const events = tablePanel("Memory Events", "allocation and release paired by address", "memory-events");
+    const opStats = tablePanel("Memory Statistics", "per operator", "memory-stats");
+    clear(
+      root,
+      el("div", { class: "page-head" }, el("h1", { text: "Memory" }), el("span", { class: "sub", text: `${data.worker} \u00b7 ${data.span}` })),
+      controls,
+      el("section", { class: "panel" }, el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "allocated and reserved bytes; peak marked" })), stats, chart),
+      events.panel,
+      opStats.panel,
+    );
+    this.drawCurve(chart);
+    this.drawTable(events, data.events, EVENT_COLUMNS, "events_sort", "eventsSort", "No memory event in this range.");
+    this.drawTable(opStats, data.stats, STAT_COLUMNS, "stats_sort", "statsSort", "No operator allocated memory in this range.");
+  }
+
+  drawTable(target, rows, columns, param, field, emptyText) {
+    target.count.textContent = ` \u00b7 ${fmtInt(rows.length)} rows`;
+    if (!rows.length) {
+      clear(target.body, emptyState(emptyText));
+      return;
+    }
+    renderTable(target.body, {
+      rows: sortRows(rows, this[field]),
+      columns,
+      sort: this[field],
+      testid: `${param.replace("_sort", "")}-table`,
+      onSort: (next) => {
+        this[field] = next;
+        updateUrl({ [param]: next });
+        this.drawTable(target, rows, columns, param, field, emptyText);
+      },
+    });
+  }
+
+  drawCurve(chart) {
+    const points = this.data.curve;
+    const x = points.map((p) => p[0]);
+    const allocated = points.map((p) => p[1] / MIB);
+    const reserved = points.map((p) => p[2] / MIB);
+    let peakIndex = 0;
+    for (let i = 1; i < allocated.length; i += 1) if (allocated[i] > allocated[peakIndex]) peakIndex = i;
+    const traces = [
+      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 }, name: "Allocated", x, y: allocated,
+        hovertemplate: "%{x:,.1f} \u00b5s<br>allocated %{y:,.2f} MiB<extra></extra>" },
+      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x, y: reserved,
+        hovertemplate: "%{x:,.1f} \u00b5s<br>reserved %{y:,.2f} MiB<extra></extra>" },
+    ];
+    const annotations = [];
+    if (points.length) {
+      traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "Peak",
+        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: "peak %{y:,.2f} MiB at %{x:,.1f} \u00b5s<extra></extra>" });
+      const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
+      annotations.push({ x: x[peakIndex], y: allocated[peakIndex], text: `${what} ${plotText(fmtBytes(points[peakIndex][1]))}`,
+        showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
+    }
+    const layout = {
+      font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "closest",
+      xaxis: { title: { text: "time since the trace starts (\u00b5s)" }, zeroline: false },
+      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
+      legend: { orientation: "h", y: 1.08 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
+    };
+    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
+    chart.on("plotly_relayout", (change) => {
+      if (change["xaxis.autorange"]) this.setWindow(null, null);
+      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    });
+  }
+
+  setWindow(startUs, endUs) {
+    this.window = { start: startUs === null ? null : Math.max(0, startUs), end: endUs };
+    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) });
+    this.load();
+  }
+}
+
+// ---- allocator snapshots -------------------------------------------------------------------------
+const TOP_COLUMNS = [
+  { key: "size", label: "Size", num: true, format: fmtBytes },
+  { key: "addr", label: "Address", cls: "mono" },
+  { key: "stream", label: "Stream", num: true, format: fmtInt },
+  { key: "alloc_at_us", label: "Allocated at (\u00b5s)", num: true, format: (v, row) => (row.before_trace ? "before the trace" : fmtInt(v ?? row.alloc_entry)) },
+  { key: "top_frames", label: "Where (innermost Python frames)", cls: "frames", format: (v) => (v && v.length ? v.slice(0, 2).map(shortFrame).join("\n") : DASH) },
+];
+
+class SnapshotMemory {
+  constructor(ident) {
+    this.ident = ident;
+    this.device = numberOrNull(params.device);
+    this.window = { start: numberOrNull(params.start), end: numberOrNull(params.end) };
+    this.moment = params.moment === "end" ? "end" : "peak";
+    this.pinned = numberOrNull(params.allocation);
+  }
+
+  q(extra = {}) {
+    return { ...this.ident, device: this.device, ...extra };
+  }
+
+  async load() {
+    controller?.abort();
+    controller = new AbortController();
+    clear(root, loading());
+    const url = withQuery("/api/memory/snapshot", this.q());
+    setJsonLink(url);
+    try {
+      this.summary = await loadView(url, { statusEl, signal: controller.signal });
+    } catch (error) {
+      if (!isAbort(error)) showViewError(statusEl, error, this.ident);
+      clear(root);
+      return;
+    }
+    if (!this.summary.devices.length) {
+      clear(root, emptyState("This snapshot has no segments and no trace entries"));
+      return;
+    }
+    if (this.device === null || !this.summary.devices.some((d) => d.device === this.device)) this.device = this.summary.devices[0].device;
+    updateUrl({ device: this.device });
+    this.render();
+  }
+
+  render() {
+    const info = this.summary.devices.find((d) => d.device === this.device);
+    this.timelineEl = el("div", { class: "chart timeline", id: "snapshot-timeline", "data-testid": "snapshot-timeline" });
+    this.timelineNote = el("div", { class: "muted timeline-note" });
+    this.tooltip = el("div", { class: "band-tooltip", "data-testid": "band-tooltip", hidden: true });
+    this.detail = el("div", { class: "band-detail", "data-testid": "allocation-detail" });
+    this.segmentsEl = el("div", { "data-testid": "segments" });
+    this.topEl = el("div", { "data-testid": "top-allocations" });
+    this.sunburstEl = el("div", { class: "chart sunburst", id: "stack-sunburst", "data-testid": "stack-sunburst" });
+    this.oomEl = el("div", { "data-testid": "oom" });
+    const momentButtons = el(
+      "span",
+      { class: "segmented", role: "group", "aria-label": "Moment" },
+      ["peak", "end"].map((m) =>
+        el("button", { type: "button", "aria-pressed": String(this.moment === m), text: m === "peak" ? "at the peak" : "at snapshot time",
+          onclick: () => { this.moment = m; updateUrl({ moment: m === "peak" ? null : m }); this.loadLive(); } }),
+      ),
+    );
+    clear(
+      root,
+      el("div", { class: "page-head" }, el("h1", { text: "Memory" }), el("span", { class: "sub", text: `${this.summary.worker} \u00b7 ${this.summary.snapshot} (${this.summary.shape})` })),
+      el(
+        "div",
+        { class: "controls" },
+        deviceSelect(this.summary.devices.map((d) => ({ value: d.device, label: `cuda:${d.device}` })), this.device, "Device", (next) => {
+          this.device = Number(next);
+          this.window = { start: null, end: null };
+          updateUrl({ device: next, start: null, end: null, allocation: null });
+          this.render();
+        }),
+      ),
+      el(
+        "div",
+        { class: "mem-stats" },
+        stat("Peak allocated", fmtBytes(info.peak_allocated_bytes), "Largest allocated bytes of the replayed trace (requested sizes, as memory_viz)"),
+        stat("Allocated at snapshot", fmtBytes(info.end_allocated_bytes)),
+        stat("Peak reserved", fmtBytes(info.peak_reserved_bytes), "cudaMalloc'd segments, replayed backwards from the snapshot"),
+        stat("Reserved at snapshot", fmtBytes(info.end_reserved_bytes)),
+        stat("Trace entries", fmtInt(info.entries)),
+        stat("Allocations", fmtInt(info.allocations)),
+      ),
+      el("section", { class: "panel" },
+        el("h2", {}, "Active Memory Timeline", el("span", { class: "sub", text: "each live allocation a band; drag to zoom, double-click to reset; hover for details, click to pin" })),
+        this.timelineNote, el("div", { class: "timeline-wrap" }, this.timelineEl, this.tooltip), this.detail),
+      this.oomEl,
+      el("div", { class: "grid mem-live" },
+        el("section", { class: "panel" }, el("h2", {}, "Largest live allocations ", momentButtons), this.topEl),
+        el("section", { class: "panel" }, el("h2", {}, "Live bytes by call stack", el("span", { class: "sub", text: "from the outermost frame (centre) inwards" })), this.sunburstNote = el("div", { class: "muted small" }), this.sunburstEl)),
+      el("section", { class: "panel" }, el("h2", {}, "Allocator state at snapshot time", el("span", { class: "sub", text: "segments and their blocks" })), this.segmentsEl),
+    );
+    this.loadTimeline();
+    this.loadLive();
+    this.loadSegments();
+    this.loadOom();
+    if (this.pinned !== null) this.pin(this.pinned);
+  }
+
+  async fetchView(path, extra = {}) {
+    return loadView(withQuery(`/api/memory/snapshot/${path}`, this.q(extra)), { statusEl });
+  }
+
+  // -- timeline --
+  async loadTimeline() {
+    const width = Math.max(300, Math.round(this.timelineEl.clientWidth || 1100));
+    const height = 420;
+    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, width_px: width, height_px: height - 60 }));
+    setJsonLink(url);
+    let data;
+    try {
+      data = await loadView(url, { statusEl });
+    } catch (error) {
+      clear(this.timelineEl, errorBox({ title: "Cannot draw the timeline", message: error.message }));
+      return;
+    }
+    this.timeline = data;
+    const axisLabel = data.axis === "time_us" ? "\u00b5s since the first trace entry" : "trace entry (the snapshot records no times)";
+    this.timelineNote.textContent =
+      `${fmtInt(data.bands_shown)} allocations drawn one by one (each \u2265 ${fmtBytes(data.bytes_per_px)} per pixel), ` +
+      `${fmtInt(data.summarized_count)} smaller ones summarized in the grey band at the bottom. x: ${axisLabel}.`;
+    this.drawTimeline(data, height);
+  }
+
+  drawTimeline(data, height) {
+    const groups = PALETTE.slice(0, 10).map((color) => ({ x: [], y: [], color }));
+    data.bands.forEach((band, index) => {
+      const group = groups[index % groups.length];
+      const outline = bandOutline(band, data.window);
+      group.x.push(...outline.x, null);
+      group.y.push(...outline.y.map((v) => v / MIB), null);
+    });
+    const traces = groups
+      .filter((g) => g.x.length)
+      .map((g) => ({ type: "scatter", mode: "lines", fill: "toself", fillcolor: g.color, line: { width: 0.5, color: g.color }, hoverinfo: "skip", showlegend: false, x: g.x, y: g.y }));
+    const small = stepOutline(data.summarized.x, data.summarized.y, data.window[1]);
+    traces.unshift({ type: "scatter", mode: "lines", fill: "tozeroy", fillcolor: "#c9ced6", line: { width: 0, shape: "hv" }, hoverinfo: "skip", name: "small allocations", showlegend: false, x: small.x, y: small.y.map((v) => v / MIB) });
+    if (data.reserved.x.length) {
+      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", dash: "dot", color: "#6b7480", width: 1 }, name: "reserved", hoverinfo: "skip", x: data.reserved.x, y: data.reserved.max.map((v) => v / MIB) });
+    }
+    const layout = {
+      font: FONT, height, margin: { l: 64, r: 12, t: 8, b: 40 }, dragmode: "zoom", hovermode: false, showlegend: false,
+      xaxis: { range: data.window, title: { text: data.axis === "time_us" ? "\u00b5s" : "trace entry" }, zeroline: false },
+      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
+    };
+    const chart = this.timelineEl;
+    plotly().react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
+    if (!chart.dataset.bound) {
+      chart.dataset.bound = "1";
+      chart.on("plotly_relayout", (change) => {
+        if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
+          if (!change["xaxis.autorange"]) return;
+          this.window = { start: null, end: null };
+        } else {
+          const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
+          this.window = { start: range[0], end: range[1] };
+        }
+        updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
+        this.loadTimeline();
+      });
+      chart.addEventListener("mousemove", (event) => this.hover(event));
+      chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
+      chart.addEventListener("click", (event) => {
+        const band = this.bandAt(event);
+        if (band) this.pin(band.id);
+      });
+    }
+  }
+
+  bandAt(event) {
+    const chart = this.timelineEl;
+    const layout = chart._fullLayout;
+    if (!layout || !this.timeline) return null;
+    const box = chart.getBoundingClientRect();
+    const px = event.clientX - box.left - layout._size.l;
+    const py = event.clientY - box.top - layout._size.t;
+    if (px < 0 || py < 0 || px > layout._size.w || py > layout._size.h) return null;
+    const x = layout.xaxis.p2d(px);
+    const y = layout.yaxis.p2d(py) * MIB;
+    for (const band of this.timeline.bands) {
+      const bottom = bandBottomAt(band, x);
+      if (bottom !== null && y >= bottom && y < bottom + band.size) return band;
+    }
+    return null;
+  }
+
+  hover(event) {
+    const band = this.bandAt(event);
+    if (!band) {
+      this.tooltip.hidden = true;
+      return;
+    }
+    const frames = this.timeline.stacks[band.stack] || [];
+    const when = this.timeline.axis === "time_us" ? "\u00b5s" : "entry";
+    clear(
+      this.tooltip,
+      el("strong", { text: `${fmtBytes(band.size)} at ${band.addr}` }),
+      el("div", { text: `stream ${band.stream} \u00b7 live ${fmtInt(band.x_start)} \u2013 ${fmtInt(band.x_end)} ${when}` }),
+      el("pre", { text: frames.length ? frames.join("\n") : "no stack recorded" }),
+      el("div", { class: "muted", text: "click to pin and see the whole stack" }),
+    );
+    const box = this.timelineEl.getBoundingClientRect();
+    this.tooltip.style.left = `${Math.min(event.clientX - box.left + 14, box.width - 380)}px`;
+    this.tooltip.style.top = `${event.clientY - box.top + 14}px`;
+    this.tooltip.hidden = false;
+  }
+
+  async pin(id) {
+    this.pinned = id;
+    updateUrl({ allocation: id });
+    clear(this.detail, loading());
+    let detail;
+    try {
+      detail = await this.fetchView("allocation", { id });
+    } catch (error) {
+      clear(this.detail, errorBox({ title: "Cannot load the allocation", message: error.message }));
+      return;
+    }
+    const at = (us, entry) => (us !== null ? `${fmtInt(us)} \u00b5s` : `entry ${fmtInt(entry)}`);
+    const freed = detail.free_entry === null ? "still allocated at snapshot time" : `freed at ${at(detail.free_at_us, detail.free_entry)}`;
+    const allocated = detail.before_trace ? "allocated before the trace began" : `allocated at ${at(detail.alloc_at_us, detail.alloc_entry)}`;
+    clear(
+      this.detail,
+      el("h3", {}, `Allocation ${detail.addr} \u00b7 ${fmtBytes(detail.size)}`, el("button", { type: "button", class: "link", text: "close", onclick: () => { clear(this.detail); updateUrl({ allocation: null }); } })),
+      el("div", { class: "muted", text: `stream ${detail.stream} \u00b7 ${allocated} \u00b7 ${freed}` }),
+      frameList(detail.frames),
+    );
+  }
+
+  // -- top allocations and sunburst --
+  async loadLive() {
+    for (const button of root.querySelectorAll('[aria-label="Moment"] button')) {
+      button.setAttribute("aria-pressed", String(button.textContent === (this.moment === "peak" ? "at the peak" : "at snapshot time")));
+    }
+    clear(this.topEl, loading());
+    try {
+      const [top, stacks] = await Promise.all([this.fetchView("top", { moment: this.moment, limit: 200 }), this.fetchView("stacks", { moment: this.moment })]);
+      this.drawTop(top);
+      this.drawSunburst(stacks);
+    } catch (error) {
+      clear(this.topEl, errorBox({ title: "Cannot load live allocations", message: error.message }));
+    }
+  }
+
+  drawTop(top) {
+    const note = el("div", { class: "muted", text: `${fmtInt(top.live_count)} allocations, ${fmtBytes(top.live_bytes)} live ${this.moment === "peak" ? "at the peak" : "when the snapshot was taken"}; the largest ${fmtInt(top.rows.length)}:` });
+    const body = el("div", { class: "mem-table" });
+    clear(this.topEl, note, body);
+    if (!top.rows.length) {
+      clear(body, emptyState("Nothing was allocated at that moment."));
+      return;
+    }
+    renderTable(body, {
+      rows: top.rows, columns: TOP_COLUMNS, sort: "-size", testid: "top-table", rowKey: (r) => String(r.id),
+      onSort: () => {}, onToggle: (row) => this.pin(row.id),
+    });
+  }
+
+  drawSunburst(tree) {
+    if (!tree.ids.length || !tree.total_bytes) {
+      clear(this.sunburstEl, emptyState("Nothing was allocated at that moment."));
+      return;
+    }
+    this.sunburstNote.textContent = tree.common_frames.length
+      ? `Every stack starts with ${tree.common_frames.length} shared frame(s), not drawn: ${tree.common_frames.slice(-2).join(" \u2192 ")}`
+      : "";
+    const trace = {
+      type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
+    };
+    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
+  }
+
+  // -- allocator state --
+  async loadSegments() {
+    clear(this.segmentsEl, loading());
+    let state;
+    try {
+      state = await this.fetchView("segments");
+    } catch (error) {
+      clear(this.segmentsEl, errorBox({ title: "Cannot load the segments", message: error.message }));
+      return;
+    }
+    const chart = el("div", { class: "chart segments-chart", "data-testid": "segments-chart" });
+    clear(
+      this.segmentsEl,
+      el("div", { class: "mem-stats" },
+        stat("Reserved", fmtBytes(state.reserved_bytes), `${fmtInt(state.segment_count)} segments (cudaMalloc)`),
+        stat("Allocated", fmtBytes(state.allocated_bytes), "active_allocated blocks (block sizes)"),
+        stat("Rounding waste", fmtBytes(state.rounding_waste_bytes), "block size - requested size of allocated blocks"),
+        stat("Pending free", fmtBytes(state.pending_free_bytes), "freed, waiting for other streams (record_stream)"),
+        stat("Cached (free)", fmtBytes(state.cached_bytes), "inactive blocks: free space inside reserved segments"),
+        stat("Largest cached block", fmtBytes(state.largest_cached_block)),
+        stat("Fragmentation", fmtPctSign(100 * state.fragmentation), `fragmentation = ${state.fragmentation_definition}`)),
+      el("p", { class: "muted", text: `Fragmentation = ${state.fragmentation_definition}: 0% when the free space is one block; near 100% when it is split into many small pieces, so a large request can fail although the free total would fit.` }),
+      chart,
+    );
+    drawSegments(chart, state);
+  }
+
+  async loadOom() {
+    let data;
+    try {
+      data = await this.fetchView("oom");
+    } catch {
+      return;
+    }
+    if (!data.ooms.length) {
+      clear(this.oomEl);
+      return;
+    }
+    clear(
+      this.oomEl,
+      ...data.ooms.map((oom) =>
+        el("section", { class: "panel oom", "data-testid": "oom-moment" },
+          el("h2", {}, "Out of memory", el("span", { class: "sub", text: oom.time_us ? `at ${oom.time_us} \u00b5s` : `at trace entry ${oom.entry}` })),
+          el("div", { class: "mem-stats" },
+            stat("Requested", fmtBytes(oom.requested_bytes)),
+            stat("Free on the device (driver)", fmtBytes(oom.device_free_bytes)),
+            stat("Allocated then", fmtBytes(oom.allocated_bytes)),
+            stat("Reserved then", fmtBytes(oom.reserved_bytes)),
+            stat("Largest cached block", fmtBytes(oom.largest_cached_block_at_snapshot), "free block inside reserved segments, at snapshot time"),
+            stat("Live allocations", fmtInt(oom.live_count))),
+          oom.entries_after ? el("p", { class: "muted", text: `The trace goes on for ${fmtInt(oom.entries_after)} allocations/frees after this OOM, so the cached blocks shown are those at snapshot time.` }) : null,
+          el("pre", { class: "frames", text: oom.top_frames.join("\n") || "no stack recorded" }),
+          el("div", { class: "mem-table" }, ...oom.largest_live.map((a) => el("div", { class: "oom-live" }, `${fmtBytes(a.size)} ${a.addr} `, el("span", { class: "muted", text: a.top_frames[0] || "" })))),
+        ),
+      ),
+    );
+  }
+}
+
+/** "/long/path/to/file.py:12 fn" -> "fn (to/file.py:12)" */
+function shortFrame(text) {
+  const match = /^(.*):(\d+) (.*)$/.exec(text);
+  if (!match) return text;
+  const parts = match[1].replace(/\\/g, "/").split("/");
+  return `${match[3]} (${parts.slice(-2).join("/")}:${match[2]})`;
+}
+
+function stepOutline(xs, ys, xEnd) {
+  const x = [];
+  const y = [];
+  for (let i = 0; i < xs.length; i += 1) {
+    x.push(xs[i]);
+    y.push(ys[i]);
+    x.push(i + 1 < xs.length ? xs[i + 1] : xEnd);
+    y.push(ys[i]);
+  }
+  return { x, y };
+}
+
+/** A band as a closed polygon: its bottom edge as steps, then the top edge (bottom + size) back. */
+function bandOutline(band, window) {
+  const xs = band.x.slice();
+  const ys = band.y;
+  if (!xs.length) return { x: [], y: [] };
+  xs[0] = Math.max(Math.min(xs[0], band.x_start), window[0]);
+  const end = Math.min(band.x_end, window[1]);
+  const bottom = stepOutline(xs, ys, end);
+  const x = [...bottom.x, ...bottom.x.slice().reverse()];
+  const y = [...bottom.y, ...bottom.y.slice().reverse().map((v) => v + band.size)];
+  return { x, y };
+}
+
+/** The band's bottom at x, or null when it is not live there. */
+function bandBottomAt(band, x) {
+  if (!band.x.length || x < Math.min(band.x[0], band.x_start) || x > band.x_end) return null;
+  let lo = 0;
+  let hi = band.x.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (band.x[mid] <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return band.y[lo];
+}
+
+function frameList(frames) {
+  if (!frames.length) return el("p", { class: "muted", text: "No stack was recorded for this allocation." });
+  return el(
+    "ol",
+    { class: "frames", "data-testid": "allocation-frames" },
+    frames.map((f) =>
+      el("li", {},
+        el("span", { class: "func", text: f.name }), " ",
+        f.links && f.links.view
+          ? el("a", { href: f.links.view, class: "frame-link", text: `${f.filename}:${f.line}` })
+          : el("span", { class: "muted", text: `${f.filename}:${f.line}` }),
+        f.links && f.links.external ? el("a", { href: f.links.external, class: "external", text: " \u2197", title: "Open in your editor / repository" }) : null),
+    ),
+  );
+}
+
+function drawSegments(chart, state) {
+  const shown = state.segments.slice(0, 80);
+  if (!shown.length) {
+    clear(chart, emptyState("No segments on this device."));
+    return;
+  }
+  const byState = {};
+  for (const segment of shown) {
+    const label = `${segment.address} (${fmtBytes(segment.total_size)})`;
+    segment.blocks.state.forEach((blockState, i) => {
+      const group = (byState[blockState] ||= { x: [], base: [], y: [], text: [] });
+      group.x.push(segment.blocks.size[i] / MIB);
+      group.base.push(segment.blocks.offset[i] / MIB);
+      group.y.push(label);
+      group.text.push(`${blockState} ${fmtBytes(segment.blocks.size[i])} (requested ${fmtBytes(segment.blocks.requested_size[i])})`);
+    });
+  }
+  const traces = Object.entries(byState).map(([name, g]) => ({
+    type: "bar", orientation: "h", name: name.replace("active_allocated", "allocated").replace("active_pending_free", "pending free").replace("inactive", "cached (free)"),
+    x: g.x, base: g.base, y: g.y, text: g.text, textposition: "none", marker: { color: STATE_COLORS[name], line: { color: "#fff", width: 0.5 } },
+    hovertemplate: "%{text}<extra></extra>",
+  }));
+  const layout = {
+    font: FONT, barmode: "overlay", height: Math.max(200, 22 * shown.length + 60), margin: { l: 200, r: 12, t: 8, b: 36 },
+    xaxis: { title: { text: "MiB from the segment's start" } }, yaxis: { autorange: "reversed", type: "category" },
+    legend: { orientation: "h", y: 1.02 }, paper_bgcolor: "rgba(0,0,0,0)",
+  };
+  plotly().react(chart, traces, layout, { ...PLOT_CONFIG, displayModeBar: false });
+  if (state.segments_shown < state.segment_count || state.segments.length > shown.length) {
+    chart.after(el("p", { class: "muted", text: `The ${shown.length} largest of ${fmtInt(state.segment_count)} segments are drawn.` }));
+  }
+}
+
+start();
