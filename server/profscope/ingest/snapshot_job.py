@@ -12,7 +12,7 @@ from profscope.cache import TraceCache
 from profscope.ingest.jobs import IngestRequest, release_freed_memory
 from profscope.ingest.safe_pickle import PickleRefused
 from profscope.ingest.snapshot import SnapshotFormatError, parse_snapshot
-from profscope.sources import SourceError, open_source
+from profscope.sources import SourceError
 
 log = logging.getLogger("profscope.ingest")
 
@@ -24,8 +24,7 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
     cache = TraceCache(Path(request.cache_root))
     started = time.perf_counter()
     try:
-        source = open_source(request.source_uri)
-        with source.open(request.key) as raw:
+        with request.source.open(request.key) as raw:
             tables = parse_snapshot(raw, request.max_snapshot_bytes, on_progress=on_progress)
     except (PickleRefused, SnapshotFormatError, SourceError) as exc:
         error = {"message": f"{request.key}: {exc}", "kind": type(exc).__name__}
