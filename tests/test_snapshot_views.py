@@ -125,3 +125,17 @@ def test_oom_moment_shows_request_free_memory_and_what_was_live() -> None:
     assert oom["largest_live"][0]["size"] == 1000 and oom["largest_live"][0]["alloc_at_us"] == 0
     assert oom["largest_cached_block_at_snapshot"] == 3072 and oom["entries_after"] == 0
     assert oom["top_frames"] == ["train.py:7 forward"]
+
+
+def test_a_snapshot_without_history_draws_what_is_live_at_its_end() -> None:
+    # recorded without _record_memory_history: segments only, no trace entries
+    tables = _tables("memory-snapshots/ZijianDu_Attention/memory.pickle")
+    memory = device_memory(tables, 0)
+    assert len(memory.rows) == 0
+    view = timeline(tables, 0, width_px=400, height_px=300)
+    blocks = tables.table("blocks")
+    active = np.asarray(blocks["state"]) == 0
+    requested = int(np.asarray(blocks["requested_size"])[active].sum())  # memory_viz draws requested sizes
+    assert view["peak_allocated_bytes"] == memory.initial_allocated == requested > 0
+    drawn = sum(band["size"] for band in view["bands"]) + sum(view["summarized"]["y"][:1])
+    assert drawn == requested

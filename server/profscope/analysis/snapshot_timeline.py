@@ -42,6 +42,13 @@ def entry_positions(tables: SnapshotTables, rows: np.ndarray) -> tuple[np.ndarra
     return np.arange(len(rows), dtype=np.float64), "entry", 0
 
 
+def _at(values: np.ndarray, rows: np.ndarray, empty: float) -> np.ndarray:
+    """values[rows] with rows before the trace (-1) clipped to the first; `empty` when there are no rows."""
+    if len(values) == 0:
+        return np.full(len(rows), empty)
+    return values[np.clip(rows, 0, len(values) - 1)]
+
+
 def timeline(
     tables: SnapshotTables,
     device: int,
@@ -84,7 +91,7 @@ def timeline(
     while True:
         shown = np.sort(big[:max_bands])  # stacking order = allocation order (the initial ones are first)
         samples = _sample_rows(x, memory.allocated, r0, r1, width_px, x0, x1, live_from[shown])
-        allocated_at = np.where(samples >= 0, memory.allocated[np.maximum(samples, 0)], memory.initial_allocated)
+        allocated_at = np.where(samples >= 0, _at(memory.allocated, samples, 0), memory.initial_allocated)
         raw_bands, summarized_top = _stack(size[shown], live_from[shown], live_to[shown], samples, allocated_at)
         tolerance_px = 0.5
         bands = _thin(raw_bands, tolerance_px * bytes_per_px)
@@ -94,7 +101,7 @@ def timeline(
         if _points(bands) <= MAX_POINTS or max_bands <= 1:
             break
         max_bands = min(max_bands, len(shown)) // 2
-    sample_x = np.where(samples >= 0, x[np.maximum(samples, 0)], x_min)
+    sample_x = np.where(samples >= 0, _at(x, samples, x_min), x_min)
     sample_x = np.maximum(sample_x, x0)
     stack_ids = np.asarray(allocations["stack"])[rows[shown]]
     addr = np.asarray(allocations["addr"])[rows[shown]]
