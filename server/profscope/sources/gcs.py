@@ -114,7 +114,7 @@ class GCSSource:
         except Exception as exc:
             raise self._error(exc, key) from None
         if blob is None:
-            raise SourceError(f"gs://{self.bucket}/{self.prefix}{key}: no such object")
+            raise ObjectMissing(f"gs://{self.bucket}/{self.prefix}{key}: no such object")
         return ObjectInfo(key=key, size=int(blob.size or 0), version=str(blob.generation))
 
     def open(self, key: str) -> IO[bytes]:
@@ -140,6 +140,9 @@ class GCSSource:
         except SourceError:
             raise
         except Exception as exc:
+            if _is_missing(exc):  # an upload creates the object: not found means no bucket
+                where = f"{self.uri}/{key}: the bucket {self.bucket} does not exist at {self._endpoint()}"
+                raise SourceError(where) from None
             raise self._error(exc, key) from None
 
     # ---- errors --------------------------------------------------------------------------------
