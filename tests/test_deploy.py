@@ -138,7 +138,7 @@ def _ready_runs(base: str) -> list[dict] | None:
 
 
 # ---- Kubernetes --------------------------------------------------------------------------------------
-OVERLAYS = ["base", "shared-cache", "oauth2-proxy"]
+OVERLAYS = ["base", "shared-cache", "oauth2-proxy", "object-cache"]
 
 
 def _render(overlay: str) -> list[dict[str, Any]]:
@@ -187,8 +187,8 @@ def test_kubernetes_manifests_are_valid(overlay: str) -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_kubernetes_deployment_contract(overlay: str) -> None:
     docs = _render(overlay)
-    deployment, service, pvc = _one(docs, "Deployment"), _one(docs, "Service"), _one(docs, "PersistentVolumeClaim")
-    config = _one(docs, "ConfigMap")
+    deployment, service, config = _one(docs, "Deployment"), _one(docs, "Service"), _one(docs, "ConfigMap")
+    pvcs = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
     pod = deployment["spec"]["template"]
     (app,) = [c for c in pod["spec"]["containers"] if c["name"] == "profscope"]
     assert app["image"].startswith("registry.example.com/") and ":" in app["image"]
@@ -208,14 +208,22 @@ def test_kubernetes_deployment_contract(overlay: str) -> None:
         assert {"cpu", "memory"} <= set(container["resources"]["limits"]), container["name"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in app["volumeMounts"]}
-    assert volumes[mounts["/var/cache/profscope"]]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    cache_volume = volumes[mounts["/var/cache/profscope"]]
     assert "emptyDir" in volumes[mounts["/tmp"]]  # the only other writable place
     assert "PROFSCOPE_CACHE_DIR=/var/cache/profscope" in _dockerfile()
-    # one writer unless the cache is shared
-    if deployment["spec"]["replicas"] > 1:
-        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
-    else:
-        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    if pvcs:  # the cache on a volume: one writer unless the volume is shared
+        (pvc,) = pvcs
+        assert set(cache_volume) == {"name", "persistentVolumeClaim"}
+        assert cache_volume["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+        if deployment["spec"]["replicas"] > 1:
+            assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+        else:
+            assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    else:  # the cache in object storage: each pod's local copies on its own disk
+        assert set(cache_volume) == {"name", "emptyDir"} and cache_volume["emptyDir"]["sizeLimit"]
+        assert config["data"]["PROFSCOPE_CACHE_DIR"].startswith(("s3://", "gs://", "az://"))
+        assert config["data"]["PROFSCOPE_LOCAL_CACHE_DIR"] == "/var/cache/profscope"
+        assert "PROFSCOPE_CACHE_DIR" not in _env(app)  # which would hide the ConfigMap's URI
     # settings and credentials: ConfigMap and Secret, never literal secrets in the manifests
     assert {"configMapRef": {"name": config["metadata"]["name"]}} in app["envFrom"]
     assert config["data"]["PROFSCOPE_ROOTS"].startswith(("s3://", "gs://", "az://"))
@@ -269,6 +277,48 @@ def test_kubernetes_index_job_shards_into_the_servers_cache() -> None:
     os.environ.pop("JOB_COMPLETION_INDEX", None)
     parsed = build_parser().parse_args(args)
     assert parsed.command == "index" and parsed.root == config["data"]["PROFSCOPE_ROOTS"]
+
+
+def test_kubernetes_index_job_and_replicas_share_a_bucket_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The object-cache overlay: the Indexed Job writes the bucket cache the replicas read; no shared volume."""
+    from profscope.cli import _cache_locations, _settings_from, build_parser
+
+    docs = _render("object-cache")
+    job, config, deployment = _one(docs, "Job"), _one(docs, "ConfigMap"), _one(docs, "Deployment")
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert deployment["spec"]["replicas"] > 1 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["parallelism"] == spec["completions"] > 1
+    (container,) = spec["template"]["spec"]["containers"]
+    assert _env(container)["PROFSCOPE_SHARD_COUNT"] == str(spec["completions"])
+    (app,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "profscope"]
+    for pod_container in (container, app):
+        assert {"configMapRef": {"name": config["metadata"]["name"]}} in pod_container["envFrom"]
+        assert "PROFSCOPE_CACHE_DIR" not in _env(pod_container)  # both take the cache URI from the ConfigMap
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    (scratch,) = [m for m in container["volumeMounts"] if m["mountPath"] == config["data"]["PROFSCOPE_LOCAL_CACHE_DIR"]]
+    assert "emptyDir" in volumes[scratch["name"]]
+    # what profscope makes of these command lines in these environments (the image's own ENV underneath)
+    image_env = {"PROFSCOPE_CACHE_DIR": "/var/cache/profscope", "PROFSCOPE_HOST": "0.0.0.0"}
+    monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+    for name, value in {**image_env, **config["data"], **_plain_env(container), "JOB_COMPLETION_INDEX": "3"}.items():
+        monkeypatch.setenv(name, value)
+    index = build_parser().parse_args(container["args"])
+    assert index.command == "index" and index.root == config["data"]["PROFSCOPE_ROOTS"]  # the root names the keys
+    assert index.shard == f"3/{spec['completions']}"
+    cache_uri = config["data"]["PROFSCOPE_CACHE_DIR"]
+    assert _cache_locations(index, [index.root]) == (Path("/var/cache/profscope"), cache_uri)
+    for name in [*_plain_env(container), "JOB_COMPLETION_INDEX"]:
+        monkeypatch.delenv(name)
+    for name, value in _plain_env(app).items():
+        monkeypatch.setenv(name, value)
+    settings = _settings_from(build_parser().parse_args(app["args"]))
+    assert settings.shared_cache == cache_uri and settings.shared_cache_write
+    assert settings.cache_dir == Path("/var/cache/profscope") and settings.roots == [index.root]
+
+
+def _plain_env(container: dict) -> dict[str, str]:
+    return {name: value for name, value in _env(container).items() if isinstance(value, str)}
 
 
 def test_oauth2_proxy_overlay_trusts_the_header_only_on_loopback() -> None:

@@ -48,9 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=_int_env("PORT", 8080), help="port to listen on (default 8080)")
     serve.add_argument(
         "--cache-dir",
-        type=Path,
-        default=Path(env("CACHE_DIR") or default_cache_dir()),
-        help="where parsed traces are cached; a restarted server reuses it (default ~/.cache/profscope)",
+        default=env("CACHE_DIR") or str(default_cache_dir()),
+        metavar="DIR|URI",
+        help="where parsed traces are cached; a restarted server reuses it (default ~/.cache/profscope). An "
+        "s3://, gs:// or az:// URI names a cache in object storage shared by several servers (see "
+        "`profscope index`): traces found there are downloaded instead of parsed",
+    )
+    serve.add_argument(
+        "--local-cache-dir",
+        default=env("LOCAL_CACHE_DIR") or None,
+        metavar="DIR",
+        help="with a --cache-dir URI: the local disk where entries are unpacked and read (default ~/.cache/profscope)",
+    )
+    serve.add_argument(
+        "--shared-cache-write",
+        action="store_true",
+        default=env_flag("SHARED_CACHE_WRITE"),
+        help="with a --cache-dir URI: upload what this server parses (and parse failures), for the other servers",
     )
     serve.add_argument(
         "--workers",
@@ -129,9 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     indexer.add_argument("root", metavar="ROOT", help="folder or bucket URI, as the servers name it")
     indexer.add_argument(
         "--cache-dir",
-        type=Path,
-        default=Path(env("CACHE_DIR") or default_cache_dir()),
-        help="the cache directory the servers use (a shared volume)",
+        default=env("CACHE_DIR") or str(default_cache_dir()),
+        metavar="DIR|URI",
+        help="the cache the servers use: a directory on a shared volume, or an s3://, gs:// or az:// URI",
+    )
+    indexer.add_argument(
+        "--local-cache-dir",
+        default=env("LOCAL_CACHE_DIR") or None,
+        metavar="DIR",
+        help="with a --cache-dir URI: where each trace is parsed before its upload (default: a temporary "
+        "directory; every entry is removed once uploaded)",
     )
     indexer.add_argument(
         "--shard",
@@ -197,6 +218,36 @@ def _indexed_job_shard() -> str | None:
     return f"{index}/{count}" if index is not None and count else None
 
 
+def _cache_locations(args: argparse.Namespace, roots: list[str]) -> tuple[Path | None, str | None]:
+    """(local cache directory, shared cache URI) from --cache-dir and --local-cache-dir; ValueError if they clash.
+
+    With a URI, the local directory is --local-cache-dir (None when not given)."""
+    from profscope.sources import is_object_store_uri
+    from profscope.sources.base import is_hidden
+
+    if not is_object_store_uri(args.cache_dir):
+        if args.local_cache_dir:
+            raise ValueError("--local-cache-dir is for a --cache-dir in object storage (s3://, gs://, az://)")
+        if getattr(args, "shared_cache_write", False):
+            raise ValueError("--shared-cache-write needs a --cache-dir in object storage (s3://, gs://, az://)")
+        return Path(args.cache_dir.removeprefix("file://")), None
+    from profscope.sources import SourceError, open_source, open_store
+
+    try:
+        cache = open_store(args.cache_dir).uri
+        for root in roots:
+            source = open_source(root) if is_object_store_uri(root) else None
+            inside = source is not None and f"{cache}/".startswith(f"{source.uri}/")
+            if inside and not is_hidden(f"{cache}/".removeprefix(f"{source.uri}/")):
+                raise ValueError(
+                    f"the cache {cache} is inside the root {source.uri}, whose listing would show its files: "
+                    f"put it elsewhere, or in a folder whose name starts with '.' ({source.uri}/.profscope-cache)"
+                )
+    except SourceError as exc:
+        raise ValueError(f"--cache-dir: {exc}") from None
+    return (Path(args.local_cache_dir) if args.local_cache_dir else None), args.cache_dir
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     from profscope.assets import demo_traces
 
@@ -205,11 +256,14 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
     path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
     path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
+    local_cache, shared_cache = _cache_locations(args, roots)
     return Settings(
         roots=roots,
         host=args.host,
         port=args.port,
-        cache_dir=args.cache_dir,
+        cache_dir=local_cache or default_cache_dir(),
+        shared_cache=shared_cache,
+        shared_cache_write=args.shared_cache_write,
         workers=max(1, args.workers),
         rescan_seconds=args.rescan_seconds,
         max_trace_bytes=args.max_trace_bytes,
@@ -230,7 +284,11 @@ def serve(args: argparse.Namespace) -> int:
 
     from profscope.app import create_app
 
-    settings = _settings_from(args)
+    try:
+        settings = _settings_from(args)
+    except ValueError as exc:
+        print(f"profscope serve: {exc}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
     app = create_app(settings)
     access = []
@@ -243,6 +301,11 @@ def serve(args: argparse.Namespace) -> int:
         "profscope %s: serving %s on http://%s:%d (access control: %s)",
         __version__, roots, settings.host, settings.port, " or ".join(access) or "none",
     )  # fmt: skip
+    if settings.shared_cache:
+        logging.getLogger("profscope").info(
+            "shared cache %s (%s), unpacked into %s", redact(settings.shared_cache),
+            "read and written" if settings.shared_cache_write else "read only", settings.cache_dir,
+        )  # fmt: skip
     uvicorn.run(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False,
@@ -256,12 +319,14 @@ def index(args: argparse.Namespace) -> int:
     configure_logging("info", env("LOG_FORMAT", "text") or "text")
     try:
         shard = parse_shard(args.shard) if args.shard else (0, 1)
+        local_cache, shared_cache = _cache_locations(args, [args.root])
     except ValueError as exc:
         print(f"profscope index: {exc}", file=sys.stderr)
         return 2
     report = index_root(
-        args.root, args.cache_dir, shard=shard, max_trace_bytes=args.max_trace_bytes, storage=_storage_options(args)
-    )
+        args.root, local_cache, shard=shard, max_trace_bytes=args.max_trace_bytes, storage=_storage_options(args),
+        shared_cache=shared_cache,
+    )  # fmt: skip
     print(json.dumps(report.to_json()), flush=True)
     for failure in report.failures:
         print(f"failed: {failure['file']}: {failure['message']}", file=sys.stderr)

@@ -19,7 +19,9 @@ class Settings:
     roots: list[str] = field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8080
-    cache_dir: Path = field(default_factory=default_cache_dir)
+    cache_dir: Path = field(default_factory=default_cache_dir)  # the local cache: entries memory-mapped from here
+    shared_cache: str | None = None  # s3://, gs://, az:// URI of a cache shared by replicas (shared_cache.py)
+    shared_cache_write: bool = False  # publish what this server parses to the shared cache
     workers: int = max(1, min(4, (os.cpu_count() or 2)))
     rescan_seconds: float = 10.0
     max_trace_bytes: int = 64 << 30

@@ -54,10 +54,48 @@ class IngestMetrics:
         self.duration.observe(seconds)
 
 
+class SharedCacheMetrics:
+    """What the shared cache in object storage did: one lookup per trace the local cache lacks, one upload per parse."""
+
+    LOOKUP_RESULTS = ("hit", "failure", "miss", "invalid", "error")
+    UPLOAD_RESULTS = ("bundle", "failure", "present", "error")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.lookups = Counter(
+            "profscope_shared_cache_lookups",
+            "Traces looked up in the shared cache: hit (bundle unpacked), failure (a recorded failure), miss, "
+            "invalid (partial or corrupt entry, ignored), error (the store failed)",
+            labelnames=("result",),
+            registry=registry,
+        )
+        self.uploads = Counter(
+            "profscope_shared_cache_uploads",
+            "Entries written to the shared cache: bundle, failure (a failure record), present (another writer was "
+            "first), error",
+            labelnames=("result",),
+            registry=registry,
+        )
+        for result in self.LOOKUP_RESULTS:  # every series exists from the start, at 0
+            self.lookups.labels(result)
+        for result in self.UPLOAD_RESULTS:
+            self.uploads.labels(result)
+        self.fetched_bytes = Counter("profscope_shared_cache_fetched_bytes", "Bundle bytes downloaded",
+                                     registry=registry)  # fmt: skip
+        self.uploaded_bytes = Counter("profscope_shared_cache_uploaded_bytes", "Bundle bytes uploaded",
+                                      registry=registry)  # fmt: skip
+        self.fetch_duration = Histogram(
+            "profscope_shared_cache_fetch_duration_seconds",
+            "Wall time of one lookup that found a bundle: manifest, download, checks and unpacking",
+            buckets=INGEST_BUCKETS_S,
+            registry=registry,
+        )
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.ingest = IngestMetrics(self.registry)
+        self.shared_cache = SharedCacheMetrics(self.registry)
         self.request_duration = Histogram(
             "profscope_http_request_duration_seconds",
             "HTTP request latency by route template (e.g. /api/overview) and method",

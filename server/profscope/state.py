@@ -15,6 +15,7 @@ from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager
 from profscope.metrics import Metrics
+from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
 
 log = logging.getLogger("profscope.state")
@@ -65,6 +66,11 @@ class Profscope:
             label = self._unique_label(shown)
             self.roots.append(RootStatus(uri=shown, label=label, source=source, error=error))
         self._sources = {root.source.uri: root.source for root in self.roots if root.source is not None}
+        self.shared_cache = (
+            SharedCache(settings.shared_cache, settings.storage, self.metrics.shared_cache, writer="profscope serve")
+            if settings.shared_cache
+            else None
+        )
         self.ingest = IngestManager(
             self.cache,
             settings.workers,
@@ -72,6 +78,8 @@ class Profscope:
             max_snapshot_bytes=settings.max_snapshot_bytes,
             source_for=self._sources.__getitem__,
             metrics=self.metrics.ingest,
+            shared=self.shared_cache,
+            shared_write=settings.shared_cache_write,
         )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()

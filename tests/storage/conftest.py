@@ -61,6 +61,8 @@ class Bucket:
     name: str
     put: Callable[[str, bytes], None]
     delete: Callable[[str], None]
+    get: Callable[[str], bytes]
+    keys: Callable[[str], list[str]]  # every key under a prefix
     uploaded: list[str] = field(default_factory=list)
 
     def uri(self, prefix: str = "") -> str:
@@ -81,21 +83,27 @@ def new_bucket(kind: str) -> Bucket:
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=name)
         return Bucket(kind, name, lambda k, d: s3.put_object(Bucket=name, Key=k, Body=d),
-                      lambda k: s3.delete_object(Bucket=name, Key=k))  # fmt: skip
+                      lambda k: s3.delete_object(Bucket=name, Key=k),
+                      lambda k: s3.get_object(Bucket=name, Key=k)["Body"].read(),
+                      lambda p: sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+                          Bucket=name, Prefix=p) for o in page.get("Contents", [])))  # fmt: skip
     if kind == "gs":
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        bucket = storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket(name)
+        client = storage.Client(project="test", credentials=AnonymousCredentials())
+        bucket = client.create_bucket(name)
         return Bucket(kind, name, lambda k, d: bucket.blob(k).upload_from_string(d),
-                      lambda k: bucket.blob(k).delete())  # fmt: skip
+                      lambda k: bucket.blob(k).delete(), lambda k: bucket.blob(k).download_as_bytes(raw_download=True),
+                      lambda p: sorted(b.name for b in client.list_blobs(name, prefix=p)))  # fmt: skip
     from azure.storage.blob import BlobServiceClient
 
     container = BlobServiceClient.from_connection_string(os.environ["AZURE_STORAGE_CONNECTION_STRING"])
     container = container.get_container_client(name)
     container.create_container()
     return Bucket(kind, name, lambda k, d: container.upload_blob(k, d, overwrite=True),
-                  lambda k: container.delete_blob(k))  # fmt: skip
+                  lambda k: container.delete_blob(k), lambda k: container.download_blob(k).readall(),
+                  lambda p: sorted(b.name for b in container.list_blobs(name_starts_with=p)))  # fmt: skip
 
 
 @pytest.fixture(params=["s3", "gs", "az"])

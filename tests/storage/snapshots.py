@@ -34,26 +34,33 @@ def runs_when_parsed(base: str, count: int, timeout: float = 120.0) -> dict[str,
     return wait_for(ready, timeout=timeout, interval=0.2)
 
 
-# A view's JSON twin that needs only (run, worker, span); the Trace view's is its track list.
-SPAN_VIEWS = {"overview": "overview", "operators": "operators", "kernels": "kernels", "trace": "timeline/tracks"}
+# The API routes behind each page a run lists (run["views"]); the Trace view reads the tables and its index.
+VIEW_ROUTES = {
+    "overview": ["/api/overview"],
+    "operators": ["/api/operators"],
+    "kernels": ["/api/kernels"],
+    "memory": ["/api/memory"],
+    "distributed": ["/api/distributed"],
+    "trace": ["/api/timeline/tracks", "/api/timeline"],
+}
 
 
 def snapshot(base: str, runs: dict[str, dict], strip_prefix: str = "") -> dict:
-    """Every run's workers, spans, files and the overview / operators / kernels JSON of every span."""
+    """Every run's workers, spans, files and the JSON of every route of every page of every span."""
     shown: dict = {}
     for name, run in runs.items():
         views = {}
         for worker in run["workers"]:
             for span in worker["spans"]:
                 for view in run["views"]:
-                    if view not in SPAN_VIEWS:
-                        continue
-                    params = {"run": name, "worker": worker["worker"], "span": span}
-                    response = httpx.get(f"{base}/api/{SPAN_VIEWS[view]}", params=params, timeout=30)
-                    assert response.status_code == 200, (view, params, response.text)
-                    body = response.json()
-                    body["run"] = body["run"].removeprefix(strip_prefix)
-                    views[(worker["worker"], span, view)] = body
+                    for route in VIEW_ROUTES[view]:
+                        params = {"run": name, "worker": worker["worker"], "span": span}
+                        response = httpx.get(f"{base}{route}", params=params, timeout=30)
+                        assert response.status_code == 200, (route, params, response.text)
+                        body = response.json()
+                        if "run" in body:
+                            body["run"] = body["run"].removeprefix(strip_prefix)
+                        views[(worker["worker"], span, route)] = body
         shown[name.removeprefix(strip_prefix)] = {
             "state": run["state"],
             "workers": run["workers"],

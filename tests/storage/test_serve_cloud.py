@@ -73,7 +73,7 @@ def test_a_changed_object_is_read_again_and_a_deleted_one_disappears(
     bucket.put("runs/job/worker0.1.pt.trace.json.gz", tiny.read_bytes())
     bucket.put("runs/job/worker0.2.pt.trace.json.gz", tiny.read_bytes())
     expected = {
-        name: next(v for (_, _, view), v in local_snapshot[name]["payloads"].items() if view == "overview")
+        name: next(v for (_, _, route), v in local_snapshot[name]["payloads"].items() if route == "/api/overview")
         for name in TRACES
     }
     expected = {name: {k: v for k, v in body.items() if k not in IDENT} for name, body in expected.items()}

@@ -4,6 +4,10 @@ The server never parses: it queues traces here, the pool (``--workers`` processe
 reads each from its source, parses it, computes every registered payload and writes the cache.
 Progress (bytes read) comes back over a queue. A worker that dies (killed, out of memory) breaks
 the pool: the pool is rebuilt, the trace is retried once and then marked failed with the reason.
+
+With a shared cache in object storage (``shared_cache.py``), a trace the local cache lacks is first
+looked up there by a few threads (downloads, no parsing); only a miss goes on to the parse queue.
+With ``--shared-cache-write``, every parse result (or failure) is then published for other replicas.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +35,13 @@ from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
     from profscope.metrics import IngestMetrics
+    from profscope.shared_cache import SharedCache
 
 log = logging.getLogger("profscope.ingest")
 
 PROGRESS_INTERVAL_S = 0.2
+SHARED_CACHE_FETCHERS = 4  # downloads from the shared cache at once (network-bound threads, not processes)
+SHARED_CACHE_UPLOADERS = 2
 _progress_queue: Any = None
 
 
@@ -212,8 +219,12 @@ class IngestManager:
         source_for: Callable[[str], Source],
         metrics: IngestMetrics | None = None,
         max_snapshot_bytes: int = 8 << 30,
+        shared: SharedCache | None = None,
+        shared_write: bool = False,
     ) -> None:
         self.cache = cache
+        self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
+        self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
         self.source_for = source_for  # a trace's root URI -> the Source that reads it
         self.metrics = metrics
         self.workers = max(1, workers)
@@ -225,6 +236,12 @@ class IngestManager:
         self._states: dict[str, IngestState] = {}
         self._pending: OrderedDict[str, TraceFile] = OrderedDict()
         self._running: dict[str, Future] = {}
+        self._to_fetch: OrderedDict[str, TraceFile] = OrderedDict()  # to look up in the shared cache
+        self._fetching: dict[str, Future] = {}
+        self._urgent: set[str] = set()  # asked for by a page while being looked up: first in the parse queue
+        self._replace: set[str] = set()  # their shared entry was invalid: the parse result replaces it
+        self._fetchers = ThreadPoolExecutor(SHARED_CACHE_FETCHERS, "shared-cache-fetch") if shared else None
+        self._uploaders = ThreadPoolExecutor(SHARED_CACHE_UPLOADERS, "shared-cache-upload") if shared_write else None
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
         self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0}
@@ -255,11 +272,21 @@ class IngestManager:
             key = trace.cache_key
             if key in self._running:
                 return self._states[key]
-            if key not in self._pending:
-                self._pending[key] = trace
+            if key in self._fetching:
+                if urgent:
+                    self._urgent.add(key)
+                return self._states[key]
+            queue = self._pending
+            if key not in self._pending and key not in self._to_fetch:
+                queue = self._to_fetch if self.shared is not None else self._pending
+                queue[key] = trace
                 self._states[key] = IngestState(state="pending", bytes_total=trace.info.size)
+            elif key in self._to_fetch:
+                queue = self._to_fetch
             if urgent:
-                self._pending.move_to_end(key, last=False)
+                queue.move_to_end(key, last=False)
+                self._urgent.add(key)
+            self._pump_fetches()
             self._pump()
             return self._states[key]
 
@@ -275,6 +302,9 @@ class IngestManager:
             pool, self._pool = self._pool, None
         if pool is not None:
             _stop_pool(pool)
+        for threads in (self._fetchers, self._uploaders):
+            if threads is not None:
+                threads.shutdown(wait=False, cancel_futures=True)
         self._progress.put(None)
 
     def busy(self) -> int:
@@ -297,9 +327,60 @@ class IngestManager:
             )
         return self._pool
 
+    def _pump_fetches(self) -> None:
+        while not self._closed and self._to_fetch and len(self._fetching) < SHARED_CACHE_FETCHERS:
+            assert self.shared is not None and self._fetchers is not None
+            key, trace = self._to_fetch.popitem(last=False)
+            self._states[key].message = "fetching from the shared cache"
+            future = self._fetchers.submit(self.shared.fetch, key, self.cache)
+            self._fetching[key] = future
+            future.add_done_callback(lambda f, k=key, t=trace: self._fetched(k, t, f))
+
+    def _fetched(self, key: str, trace: TraceFile, future: Future) -> None:
+        with self._lock:
+            self._fetching.pop(key, None)
+            if future.cancelled() or self._closed:
+                return
+            try:
+                outcome = future.result()
+            except Exception:  # a bug: parse as if the shared cache had nothing
+                log.exception("shared cache lookup of %s failed", trace.key)
+                outcome = "error"
+            if outcome in ("hit", "failure"):  # the local cache answers from now on
+                self._states.pop(key, None)
+                self._urgent.discard(key)
+            else:
+                if outcome == "invalid":
+                    self._replace.add(key)
+                self._states.setdefault(key, IngestState(state="pending", bytes_total=trace.info.size)).message = None
+                self._pending[key] = trace
+                if key in self._urgent:
+                    self._pending.move_to_end(key, last=False)
+            self._pump_fetches()
+            self._pump()
+
+    def _publish(self, key: str, trace: TraceFile) -> None:
+        if self._uploaders is None or self._closed:
+            return
+        replace = key in self._replace
+        self._replace.discard(key)
+
+        def upload() -> None:
+            assert self.shared is not None
+            try:
+                written = self.shared.publish(key, self.cache, trace, replace=replace)
+            except OSError as exc:  # the store (SourceError) or the local entry: this replica still serves it
+                log.warning("could not write %s to the shared cache: %s", trace.key, exc)
+                return
+            if written in ("bundle", "failure"):
+                log.info("wrote %s to the shared cache (%s)", trace.key, written)
+
+        self._uploaders.submit(upload)
+
     def _pump(self) -> None:
         while not self._closed and self._pending and len(self._running) < self.workers:
             key, trace = self._pending.popitem(last=False)
+            self._urgent.discard(key)
             state = self._states[key]
             state.state, state.started = "parsing", time.time()
             state.attempts += 1
@@ -352,17 +433,20 @@ class IngestManager:
                     state.state, state.message = "error", reason
                     self.counters["failed"] += 1
                     self._report_end(state, ok=False)
+                    self._publish(key, trace)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 self.counters["failed"] += 1
                 if not self.cache.error(key):
                     self.cache.write_error(key, {"message": result["error"], "kind": "InternalError"})
                 self._report_end(state, ok=False)
+                self._publish(key, trace)
             else:
                 state.state, state.bytes_done = "ready", trace.info.size
                 self.counters["ingested"] += 1
                 self.durations.append(float(result.get("total_s", 0.0)))
                 self._report_end(state, ok=True)
+                self._publish(key, trace)
             self._pump()
 
     def _report_end(self, state: IngestState, ok: bool) -> None:

@@ -19,7 +19,7 @@ import os
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from profscope.sources.base import ObjectInfo, SourceError, StorageOptions, is_hidden, redact
+from profscope.sources.base import ObjectInfo, ObjectMissing, SourceError, StorageOptions, is_hidden, redact
 from profscope.sources.stream import ObjectStream
 
 log = logging.getLogger("profscope.sources.azure")
@@ -205,10 +205,21 @@ class AzureSource:
 
         return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
+    # ---- Store (the shared cache) ----------------------------------------------------------------
+    def put(self, key: str, data: IO[bytes], size: int) -> None:
+        try:
+            self._container_client().upload_blob(self.prefix + key, data, length=size, overwrite=True,
+                                                  max_concurrency=2)  # fmt: skip
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, key) from None
+
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:
         where = f"{self.uri}/{key}" if key is not None else self.uri
-        return SourceError(redact(f"{where}: {self._reason(exc, key)}", self._secrets))
+        kind = ObjectMissing if key is not None and _is_missing(exc) else SourceError
+        return kind(redact(f"{where}: {self._reason(exc, key)}", self._secrets))
 
     def _reason(self, exc: BaseException, key: str | None) -> str:
         from azure.core import exceptions as azure
@@ -232,6 +243,16 @@ class AzureSource:
         if isinstance(exc, azure.ServiceResponseError):
             return f"no complete answer from {endpoint} within {self.options.timeout_s:g} s (gave up after retrying)"
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _is_missing(exc: BaseException) -> bool:
+    """No such blob (a missing container is a configuration error, not a missing object)."""
+    from azure.core import exceptions as azure
+
+    code = getattr(exc, "error_code", None) or ""
+    code = str(getattr(code, "value", code))
+    status = int(getattr(exc, "status_code", 0) or 0)
+    return code != "ContainerNotFound" and (isinstance(exc, azure.ResourceNotFoundError) or status == 404)
 
 
 def _is_transient(exc: BaseException) -> bool:

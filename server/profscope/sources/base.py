@@ -1,4 +1,4 @@
-"""The one interface every storage backend implements: list, stat, open."""
+"""The one interface every storage backend implements: list, stat, open; object stores also put (the shared cache)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ class SourceError(OSError):
     """A storage problem (unreachable, denied, missing), with a message fit for the page."""
 
 
+class ObjectMissing(SourceError):
+    """The object does not exist (for the shared cache: a miss, not a failure of the store)."""
+
+
 class Source(Protocol):
     uri: str  # what the page shows and cache keys use: never holds a credential
 
@@ -40,6 +44,14 @@ class Source(Protocol):
     def stat(self, key: str) -> ObjectInfo: ...
 
     def open(self, key: str) -> IO[bytes]: ...
+
+
+class Store(Source, Protocol):
+    """An object store that can also be written: the home of a shared cache (``--cache-dir s3://...``)."""
+
+    def put(self, key: str, data: IO[bytes], size: int) -> None:
+        """Write ``size`` bytes read from ``data`` (seekable, so a failed part can be sent again) as ``key``."""
+        ...
 
 
 def is_hidden(relative_key: str) -> bool:

@@ -13,12 +13,21 @@ import logging
 import os
 from typing import IO, Any
 
-from profscope.sources.base import ObjectInfo, SourceError, StorageOptions, is_hidden, redact, split_bucket_uri
+from profscope.sources.base import (
+    ObjectInfo,
+    ObjectMissing,
+    SourceError,
+    StorageOptions,
+    is_hidden,
+    redact,
+    split_bucket_uri,
+)
 from profscope.sources.stream import ObjectStream
 
 log = logging.getLogger("profscope.sources.gcs")
 
 READ_CHUNK_BYTES = 4 << 20  # one ranged GET per chunk while the parser streams the object
+UPLOAD_CHUNK_BYTES = 16 << 20  # larger objects go up as a resumable upload in chunks of this size (256 KiB multiple)
 
 
 class GCSSource:
@@ -105,7 +114,7 @@ class GCSSource:
         except Exception as exc:
             raise self._error(exc, key) from None
         if blob is None:
-            raise SourceError(f"gs://{self.bucket}/{self.prefix}{key}: no such object")
+            raise ObjectMissing(f"gs://{self.bucket}/{self.prefix}{key}: no such object")
         return ObjectInfo(key=key, size=int(blob.size or 0), version=str(blob.generation))
 
     def open(self, key: str) -> IO[bytes]:
@@ -122,10 +131,25 @@ class GCSSource:
 
         return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
+    # ---- Store (the shared cache) ----------------------------------------------------------------
+    def put(self, key: str, data: IO[bytes], size: int) -> None:
+        try:
+            blob = self._gcs().bucket(self.bucket).blob(self.prefix + key, chunk_size=UPLOAD_CHUNK_BYTES)
+            # writing the same key twice stores the same content, so every failed request may be sent again
+            blob.upload_from_file(data, size=size, rewind=False, retry=self._retry(), timeout=self._timeout())
+        except SourceError:
+            raise
+        except Exception as exc:
+            if _is_missing(exc):  # an upload creates the object: not found means no bucket
+                where = f"{self.uri}/{key}: the bucket {self.bucket} does not exist at {self._endpoint()}"
+                raise SourceError(where) from None
+            raise self._error(exc, key) from None
+
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:
         where = f"{self.uri}/{key}" if key is not None else self.uri
-        return SourceError(redact(f"{where}: {self._reason(exc, key)}"))
+        kind = ObjectMissing if key is not None and _is_missing(exc) else SourceError
+        return kind(redact(f"{where}: {self._reason(exc, key)}"))
 
     def _reason(self, exc: BaseException, key: str | None) -> str:
         import requests
@@ -144,7 +168,7 @@ class GCSSource:
             )
         if isinstance(exc, google.Unauthorized | google.Forbidden):
             who = "anonymous requests are" if self._anonymous else "the application default credentials are"
-            return f"access denied: {who} not allowed to list or read this bucket ({exc.code})"
+            return f"access denied: {who} not allowed to list or read (a shared cache: write) this bucket ({exc.code})"
         if isinstance(exc, google.GoogleAPICallError) and exc.code is not None:
             return f"{endpoint} answered {int(exc.code)} {exc.reason or ''}".rstrip() + gave_up
         if isinstance(exc, requests.Timeout):
@@ -152,6 +176,14 @@ class GCSSource:
         if isinstance(exc, requests.ConnectionError | ConnectionError):
             return f"cannot connect to {endpoint}{gave_up}"
         return f"{type(exc).__name__}: {exc}{gave_up}"
+
+
+def _is_missing(exc: BaseException) -> bool:
+    from google.api_core import exceptions as google
+
+    if isinstance(exc, google.RetryError) and exc.cause is not None:
+        exc = exc.cause
+    return isinstance(exc, google.NotFound)
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -12,10 +12,20 @@ from __future__ import annotations
 import logging
 from typing import IO, Any
 
-from profscope.sources.base import ObjectInfo, SourceError, StorageOptions, is_hidden, redact, split_bucket_uri
+from profscope.sources.base import (
+    ObjectInfo,
+    ObjectMissing,
+    SourceError,
+    StorageOptions,
+    is_hidden,
+    redact,
+    split_bucket_uri,
+)
 from profscope.sources.stream import ObjectStream
 
 log = logging.getLogger("profscope.sources.s3")
+
+UPLOAD_PART_BYTES = 16 << 20  # larger objects go up in parts of this size, each retried on its own
 
 _THROTTLING = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
 _BAD_CREDENTIALS = {
@@ -113,10 +123,25 @@ class S3Source:
 
         return ObjectStream(open_at, lambda exc: self._error(exc, key), _is_transient, self.options.attempts)  # type: ignore[return-value]
 
+    # ---- Store (the shared cache) ----------------------------------------------------------------
+    def put(self, key: str, data: IO[bytes], size: int) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        parts = TransferConfig(
+            multipart_threshold=UPLOAD_PART_BYTES, multipart_chunksize=UPLOAD_PART_BYTES, max_concurrency=4
+        )
+        try:
+            self._s3().upload_fileobj(data, self.bucket, self.prefix + key, Config=parts)
+        except SourceError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, key) from None
+
     # ---- errors --------------------------------------------------------------------------------
     def _error(self, exc: BaseException, key: str | None = None) -> SourceError:
         where = f"{self.uri}/{key}" if key is not None else self.uri
-        return SourceError(redact(f"{where}: {self._reason(exc)}", self._secrets))
+        kind = ObjectMissing if key is not None and _is_missing(exc) else SourceError
+        return kind(redact(f"{where}: {self._reason(exc)}", self._secrets))
 
     def _reason(self, exc: BaseException) -> str:
         from botocore import exceptions as boto
@@ -133,7 +158,10 @@ class S3Source:
             if code in _BAD_CREDENTIALS:
                 return f"the credentials were rejected ({code}); check AWS_PROFILE / AWS_ACCESS_KEY_ID"
             if code == "AccessDenied" or status == 403:
-                return "access denied: the credentials may not list or read this bucket (s3:ListBucket, s3:GetObject)"
+                return (
+                    "access denied: the credentials may not list or read this bucket (s3:ListBucket, s3:GetObject; "
+                    "a shared cache also needs s3:PutObject to be written)"
+                )
             if code == "PreconditionFailed" or status == 412:
                 return "the object changed while it was being read; it is read again at the next listing"
             if code in _THROTTLING or status == 429 or status >= 500:
@@ -151,6 +179,17 @@ class S3Source:
 
     def _tries(self) -> str:
         return f"(gave up after {self.options.attempts} tries)"
+
+
+def _is_missing(exc: BaseException) -> bool:
+    """No such key (a missing bucket is a configuration error, not a missing object)."""
+    from botocore import exceptions as boto
+
+    if not isinstance(exc, boto.ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return code != "NoSuchBucket" and (code in ("NoSuchKey", "404") or status == 404)
 
 
 def _is_transient(exc: BaseException) -> bool:
