@@ -26,7 +26,14 @@ from profscope.analysis.memory import (
 )
 from profscope.analysis.snapshot_stacks import allocation_row, stack_frames, stack_tree, top_allocations
 from profscope.analysis.snapshot_state import oom_moments, segment_state
-from profscope.analysis.snapshot_timeline import timeline
+from profscope.analysis.snapshot_timeline import (
+    DEFAULT_HEIGHT_PX,
+    DEFAULT_MIN_PX,
+    DEFAULT_WIDTH_PX,
+    default_timeline_view,
+    is_default_request,
+    timeline,
+)
 from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
@@ -194,19 +201,28 @@ def snapshot_timeline(
     device: int | None = DeviceQuery,
     start: float | None = Query(None, description="Window start on the x axis (µs since the first entry, or entry)"),
     end: float | None = Query(None, description="Window end on the x axis"),
-    width_px: int = Query(1200, ge=10, le=8000, description="Plot width in pixels"),
-    height_px: int = Query(500, ge=10, le=8000, description="Plot height in pixels"),
-    min_px: float = Query(0.25, gt=0, le=100, description="Allocations less tall than this (pixels) are merged"),
+    width_px: int = Query(DEFAULT_WIDTH_PX, ge=10, le=8000, description="Plot width in pixels"),
+    height_px: int = Query(DEFAULT_HEIGHT_PX, ge=10, le=8000, description="Plot height in pixels"),
+    min_px: float = Query(DEFAULT_MIN_PX, gt=0, le=100, description="Allocations less tall than this (pixels) merge"),
 ) -> Response:
     """Bands: allocations at least `min_px` tall at this window and height, each with its bottom `y` (bytes)
-    at the x positions where it moves; the rest is one "small allocations" band (`summarized`)."""
+    at the x positions where it moves; the rest is one "small allocations" band (`summarized`). The whole
+    window at the default size (the page's first draw) is computed when the snapshot is read, and served
+    from the cache."""
     _window(start, end)
+    state = get_state(request)
+    data, pending = payload_or_status(state, snapshot, "snapshot.summary")
+    if pending is not None:
+        return pending
+    chosen = _device(orjson.loads(data), device)
+    if is_default_request(start, end, width_px, height_px, min_px):
+        cached = state.cache.read_view(snapshot.cache_key, default_timeline_view(chosen))
+        if cached is not None:
+            return json_response({**_ident(snapshot), "snapshot": snapshot.span, **orjson.loads(cached)})
     return _snapshot_view(
         request,
         snapshot,
-        lambda tables, summary: timeline(
-            tables, _device(summary, device), start, end, width_px, height_px, min_px=min_px
-        ),
+        lambda tables, summary: timeline(tables, chosen, start, end, width_px, height_px, min_px=min_px),
     )
 
 

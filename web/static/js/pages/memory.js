@@ -400,9 +400,12 @@ class SnapshotMemory {
 
   // -- timeline --
   async loadTimeline() {
-    const width = Math.max(300, Math.round(this.timelineEl.clientWidth || 1100));
     const height = 420;
-    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, width_px: width, height_px: height - 60 }));
+    // The whole window is asked at the server's default size (computed when the snapshot was read, so
+    // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
+    const whole = this.window.start === null && this.window.end === null;
+    const size = whole ? {} : { width_px: Math.max(300, Math.round(this.timelineEl.clientWidth || 1100)), height_px: height - 60 };
+    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, ...size }));
     setJsonLink(url);
     let data;
     try {
