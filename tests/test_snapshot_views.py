@@ -217,25 +217,43 @@ def test_the_drawing_is_the_most_bands_and_finest_tolerance_within_the_points_bu
     assert sum(len(band["x"]) for band in view["bands"]) <= max_points
 
 
+def _check_columns(times: np.ndarray, with_times: bool, x0: float, x1: float, width_px: int) -> None:
+    count = len(times)
+    positions = EntryPositions(times if with_times else None, count)
+    x = (times - times.min()).astype(np.float64) if with_times else np.arange(count, dtype=np.float64)
+    r0, r1 = int(positions.first_at_or_after(x0)), int(positions.first_after(x1))
+    assert (r0, r1) == (np.searchsorted(x, x0, side="left"), np.searchsorted(x, x1, side="right"))
+    column = np.clip(((x[r0:r1] - x0) * (width_px / (x1 - x0))).astype(np.int64), 0, width_px - 1)
+    expected = np.concatenate([[0], np.flatnonzero(np.diff(column)) + 1]) if r1 > r0 else []
+    assert _column_starts(positions, r0, r1, x0, x1, width_px).tolist() == list(expected), (x0, x1, width_px)
+
+
+# Windows where a column's left edge, computed as x0 + c * (x1 - x0) / width, rounds to the other side of
+# an entry than the column formula puts it (found by search): entries every `step` from 0.
+ROUNDING_WINDOWS = [
+    (1, 0.0, 62.0, 50),
+    (1, 9.9, 34.2, 12),
+    (1, 19.1, 218.1, 60),
+    (3, 9.4, 293.4, 85),
+    (4, 16.1, 295.1, 40),
+]
+
+
 @pytest.mark.parametrize("with_times", [True, False])
 def test_pixel_columns_begin_where_the_column_formula_changes(with_times: bool) -> None:
+    for step, x0, x1, width_px in ROUNDING_WINDOWS:
+        times = 1_700_000_000_000_000 + np.arange(0, 400 * step, step)
+        _check_columns(times if with_times else np.arange(0, 400 * step, step), with_times, x0, x1, width_px)
     random = np.random.default_rng(4)
     for _ in range(300):
         count = int(random.integers(1, 2000))
         span = int(random.integers(1, 10**7))
         times = np.sort(random.integers(1_700_000_000_000_000, 1_700_000_000_000_000 + span, count))
-        positions = EntryPositions(times if with_times else None, count)
         x = (times - times.min()).astype(np.float64) if with_times else np.arange(count, dtype=np.float64)
-        # windows that start and end on entries (where rounding decides) and between them
+        # windows that start and end on entries and between them
         x0 = float(random.choice([x[random.integers(count)], random.uniform(x[0] - 3, x[-1])]))
         x1 = float(random.choice([x[random.integers(count)], x0 + random.uniform(1e-6, x[-1] - x0 + 5)]))
-        x1 = x1 if x1 > x0 else x0 + 0.5
-        r0, r1 = int(positions.first_at_or_after(x0)), int(positions.first_after(x1))
-        assert (r0, r1) == (np.searchsorted(x, x0, side="left"), np.searchsorted(x, x1, side="right"))
-        width_px = int(random.integers(10, 4000))
-        column = np.clip(((x[r0:r1] - x0) * (width_px / (x1 - x0))).astype(np.int64), 0, width_px - 1)
-        expected = np.concatenate([[0], np.flatnonzero(np.diff(column)) + 1]) if r1 > r0 else []
-        assert _column_starts(positions, r0, r1, x0, x1, width_px).tolist() == list(expected)
+        _check_columns(times, with_times, x0, x1 if x1 > x0 else x0 + 0.5, int(random.integers(10, 4000)))
 
 
 def test_the_cached_first_timeline_is_the_computed_one(tmp_path: Path) -> None:
