@@ -734,8 +734,10 @@ class MemoryLogView {
     const data = this.data;
     const x = data.curve.map((p) => p[0]);
     const total = data.curve.map((p) => p[1] / MIB);
+    // a step per logged point (the state holds until the next one); markers show each point, the last included
     const traces = data.categories.map((c) => ({
-      type: "scatter", mode: "lines", stackgroup: "categories", line: { shape: "hv", width: 0.5, color: CATEGORY_COLORS[c.category] },
+      type: "scatter", mode: "lines+markers", stackgroup: "categories", marker: { size: 4 },
+      line: { shape: "hv", width: 0.5, color: CATEGORY_COLORS[c.category] },
       name: c.label, x, y: data.category_curve[c.category].map((v) => v / MIB),
       hovertemplate: `${c.label} %{y:,.2f} MiB<extra></extra>`,
     }));
