@@ -286,3 +286,17 @@ def test_the_cached_first_timeline_is_the_computed_one(tmp_path: Path) -> None:
     computed = orjson.loads(dumps(timeline(tables, 0, width_px=DEFAULT_WIDTH_PX, height_px=DEFAULT_HEIGHT_PX)))
     assert cached == computed
     assert cached["bands_shown"] > 100 and cached["peak_allocated_bytes"] == replayed.peak_allocated
+
+
+def test_a_snapshot_without_history_draws_what_is_live_at_its_end() -> None:
+    # recorded without _record_memory_history: segments only, no trace entries
+    tables = _tables("memory-snapshots/ZijianDu_Attention/memory.pickle")
+    memory = device_memory(tables, 0)
+    assert len(memory.rows) == 0
+    view = timeline(tables, 0, width_px=400, height_px=300)
+    blocks = tables.table("blocks")
+    active = np.asarray(blocks["state"]) == 0
+    requested = int(np.asarray(blocks["requested_size"])[active].sum())  # memory_viz draws requested sizes
+    assert view["peak_allocated_bytes"] == memory.initial_allocated == requested > 0
+    drawn = sum(band["size"] for band in view["bands"]) + sum(view["summarized"]["y"][:1])
+    assert drawn == requested

@@ -122,7 +122,9 @@ def test_object_reads_failing_mark_the_file_and_are_retried(proxied_s3: tuple[Fa
     """Listing works but reading the objects answers 500: the files say why, and are read again later."""
     proxy, uri = proxied_s3
     proxy.mode, proxy.only_paths = "fail", "/runs/tinygpt/"
-    flags = ("--s3-endpoint-url", proxy.url, *FAST)
+    # failed reads are retried after 6 rescans: 2 s rescans leave both files failed together for seconds,
+    # long enough to see (with 0.5 s the first file's retry could start before the second had failed)
+    flags = ("--s3-endpoint-url", proxy.url, *FAST, "--rescan-seconds", "2")
     with running_server([uri], tmp_path / "cache", *flags) as base:  # type: ignore[list-item]
         run = wait_for(lambda: (r := httpx.get(f"{base}/api/runs").json()["runs"])[0]["state"] == "error" and r[0])
         assert {e["file"] for e in run["errors"]} == {f"tinygpt/{p.name}" for p in TINY}
