@@ -712,7 +712,7 @@ class MemoryLogView {
     this.categoryButtons = el(
       "span",
       { class: "segmented", role: "group", "aria-label": "Category" },
-      data.sunbursts.map((s) => el("button", { type: "button", "aria-pressed": String(s.category === this.category), text: s.label,
+      data.sunbursts.map((s) => el("button", { type: "button", "aria-pressed": String(s.category === this.category), text: s.label, dataset: { category: s.category },
         onclick: () => { this.category = s.category; updateUrl({ category: s.category }); this.loadLayers(); } })),
     );
     clear(
@@ -774,8 +774,7 @@ class MemoryLogView {
 
   async loadLayers() {
     for (const button of this.categoryButtons.querySelectorAll("button")) {
-      const wanted = this.data.sunbursts.find((s) => s.label === button.textContent);
-      button.setAttribute("aria-pressed", String(wanted?.category === this.category));
+      button.setAttribute("aria-pressed", String(button.dataset.category === this.category));
     }
     const url = withQuery("/api/memory/log/layers", this.q({ category: this.category }));
     let tree;
