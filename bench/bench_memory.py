@@ -7,8 +7,11 @@
    (each entry its own dict and frame list, frame dicts shared through the memo). The segments stay
    the original's.
 2. Serve a folder holding only that pickle; measure the ingest (until ``/api/runs`` says ready),
-   then the first ``/api/memory/snapshot/timeline`` (the server loads the tables) and a zoomed one,
-   sampling the resident memory of the server and its worker processes every 50 ms from /proc.
+   then the Memory page's first draw as the page asks for it (the summary, then the timeline at the
+   default size together with top allocations, call stacks, segments and OOM), a timeline at another
+   size (computed, not cached: 1200x440 px, as in run 6) and a zoomed one, sampling the resident
+   memory of the server and its worker processes every 50 ms from /proc. The machine's load average
+   is recorded before and after (timings are upper bounds on a shared machine).
 
     python bench/bench_memory.py [--source memory-snapshots/...pickle] [--target-mb 1024] [--out bench/out]
 
@@ -28,6 +31,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -188,6 +192,38 @@ class Sampler(threading.Thread):
             time.sleep(0.05)
 
 
+def first_draw(base: str, ident: str) -> dict:
+    """The Memory page's first draw: the summary, then its five views at once; when each arrived (s)."""
+    started = time.perf_counter()
+    status, summary = get(f"{base}/api/memory/snapshot?{ident}")
+    if status != 200:
+        raise RuntimeError(f"summary: HTTP {status}: {summary}")
+    arrived = {"summary_s": round(time.perf_counter() - started, 2)}
+    views = {
+        "timeline": "timeline?",
+        "top": "top?moment=peak&limit=200&",
+        "stacks": "stacks?moment=peak&",
+        "segments": "segments?",
+        "oom": "oom?",
+    }
+
+    def fetch(name: str) -> tuple[str, float, dict]:
+        status, body = get(f"{base}/api/memory/snapshot/{views[name]}{ident}")
+        if status != 200:
+            raise RuntimeError(f"{name}: HTTP {status}: {body}")
+        return name, time.perf_counter() - started, body
+
+    with ThreadPoolExecutor(len(views)) as pool:
+        for name, at, body in pool.map(fetch, views):
+            arrived[f"{name}_s"] = round(at, 2)
+            if name == "timeline":
+                arrived["timeline"] = {
+                    k: body.get(k) for k in ("width_px", "height_px", "bands_shown", "summarized_count")
+                }
+                arrived["timeline_json_kb"] = len(json.dumps(body)) // 1024
+    return arrived
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", default=DEFAULT_SOURCE, help="corpus-relative snapshot to scale")
@@ -227,7 +263,7 @@ def main() -> int:
     sampler = Sampler(server.pid)
     sampler.start()
     base = f"http://127.0.0.1:{port}"
-    result: dict = {"snapshot": args.source, "scaled": scaled}
+    result: dict = {"snapshot": args.source, "scaled": scaled, "load_average_before": os.getloadavg()}
     try:
         launched = time.perf_counter()
         while True:
@@ -246,23 +282,26 @@ def main() -> int:
         result["errors"] = run["errors"]
         result["peak_during_ingest_mb"] = {"all": round(sampler.peak_total), "largest": round(sampler.peak_largest)}
         snapshot = run["snapshots"][0]["snapshot"]
-        query = f"run={run['run']}&snapshot={snapshot}&width_px=1200&height_px=440"
+        ident = f"run={run['run']}&snapshot={snapshot}"
+        result["page_first_draw"] = first_draw(base, ident)
+        query = f"{ident}&width_px=1200&height_px=440"
         timings = {}
         for name, url in (
-            ("first_timeline_s", f"{base}/api/memory/snapshot/timeline?{query}"),
-            ("second_timeline_s", f"{base}/api/memory/snapshot/timeline?{query}"),
+            ("default_timeline_again_s", f"{base}/api/memory/snapshot/timeline?{ident}"),
+            ("computed_timeline_1200x440_s", f"{base}/api/memory/snapshot/timeline?{query}"),
+            ("computed_timeline_again_s", f"{base}/api/memory/snapshot/timeline?{query}"),
             ("zoomed_timeline_s", f"{base}/api/memory/snapshot/timeline?{query}&start=1000000&end=1300000"),
-            ("segments_s", f"{base}/api/memory/snapshot/segments?run={run['run']}&snapshot={snapshot}"),
-            ("top_s", f"{base}/api/memory/snapshot/top?run={run['run']}&snapshot={snapshot}"),
+            ("segments_s", f"{base}/api/memory/snapshot/segments?{ident}"),
+            ("top_s", f"{base}/api/memory/snapshot/top?{ident}"),
         ):
             mark = time.perf_counter()
             status, body = get(url)
             timings[name] = round(time.perf_counter() - mark, 2)
-            if name == "first_timeline_s":
-                result["timeline"] = {
+            if name == "computed_timeline_1200x440_s":
+                result["timeline_1200x440"] = {
                     k: body.get(k) for k in ("bands_shown", "summarized_count", "peak_allocated_bytes")
                 }
-                result["timeline_json_kb"] = len(json.dumps(body)) // 1024
+                result["timeline_1200x440_json_kb"] = len(json.dumps(body)) // 1024
         result["requests"] = timings
         summary = json.loads((next(cache.glob("traces/*/summary.json"))).read_text())
         result["ingest_phases_s"] = {
@@ -271,6 +310,7 @@ def main() -> int:
         }
         result["entries"] = summary["entries"]
     finally:
+        result["load_average_after"] = os.getloadavg()
         time.sleep(0.2)
         result["peak_overall_mb"] = {"all": round(sampler.peak_total), "largest": round(sampler.peak_largest)}
         sampler.stop.set()

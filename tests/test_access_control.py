@@ -22,6 +22,7 @@ from serving import running_server, wait_for
 
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 SNAPSHOT = "memory-snapshots/ZijianDu_Attention/memory.pickle"  # so the /api/memory/snapshot* routes have one
+MEMORY_LOG = Path(__file__).resolve().parent / "data" / "internlm" / "memory_trace" / "rank0_dp0_tp0" / "memory.log"
 TOKEN = "pr0fscope-test-token-0123456789"
 OPEN = {"/healthz", "/readyz"}
 
@@ -32,6 +33,7 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "cpu").mkdir(parents=True)
     shutil.copy(corpus_file(TINYGPT), root / "cpu" / Path(TINYGPT).name)
     shutil.copy(corpus_file(SNAPSHOT), root / "cpu" / "worker0.pickle")
+    shutil.copy(MEMORY_LOG, root / "cpu" / "memory.log")  # and the /api/memory/log* routes
     return root
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profscope.catalog import build_runs, classify, classify_snapshot
+from profscope.catalog import MEMORY_LOG, build_runs, classify, classify_memory_log, classify_snapshot
 from profscope.sources.base import ObjectInfo
 
 
@@ -46,6 +46,57 @@ def test_not_traces_are_listed_with_a_reason() -> None:
 )
 def test_snapshots_join_their_run_with_the_rank_as_worker(key: str, expected: tuple | None) -> None:
     assert classify_snapshot(key) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        # InternLM's older layout (memory_trace/ beside train.py) and the trainer's RUN/ layout: the rank folder is
+        # the worker, memory_trace/ the run
+        ("memory_trace/rank0_dp0_tp0/memory.log", ("memory_trace", "rank0_dp0_tp0", "memory.log")),
+        (
+            "RUN/job/05-01-10-00-00/memory_trace/rank3_dp1_wp0_tp1/memory.log",
+            ("RUN/job/05-01-10-00-00/memory_trace", "rank3_dp1_wp0_tp1", "memory.log"),
+        ),
+        ("rank2_dp0_tp0/memory.log", ("", "rank2_dp0_tp0", "memory.log")),  # the root is memory_trace/ itself
+        # beside traces: the traces' run; the worker is the rank in the folder's name, else the folder
+        ("job/memory.log", ("job", "job", "memory.log")),
+        ("job/node_rank-7/memory.log", ("job/node_rank-7", "rank7", "memory.log")),
+        ("memory.log", ("", "memory", "memory.log")),
+        ("job/train.log", None),
+        ("job/memory.log.1", None),
+    ],
+)
+def test_memory_logs_join_the_run_of_their_folder(key: str, expected: tuple | None) -> None:
+    assert classify_memory_log(key) == expected
+
+
+def test_a_memory_log_beside_traces_joins_their_run() -> None:
+    runs = build_runs(
+        [
+            (
+                "root",
+                "/data",
+                [
+                    _info("job/rank0_dp0_tp0_pp0/w.1.pt.trace.json"),
+                    _info("job/rank0_dp0_tp0_pp0/memory.log"),
+                    _info("job/rank1_dp1_tp0_pp0/memory.log"),
+                    _info("internlm/memory_trace/rank0_dp0_tp0/memory.log"),
+                ],
+            )
+        ]
+    )
+    assert set(runs) == {"job", "internlm/memory_trace"}
+    job = runs["job"]
+    assert [(f.worker, f.span, f.kind) for f in job.memory_logs()] == [
+        ("rank0_dp0_tp0_pp0", "memory.log", MEMORY_LOG),
+        ("rank1_dp1_tp0_pp0", "memory.log", MEMORY_LOG),
+    ]
+    assert list(job.workers()) == ["rank0_dp0_tp0_pp0"]  # a memory.log is not a trace
+    assert job.find_memory_log("rank1_dp1_tp0_pp0").key == "job/rank1_dp1_tp0_pp0/memory.log"
+    assert job.find_memory_log(None).worker == "rank0_dp0_tp0_pp0"
+    assert job.find_memory_log("rank5") is None
+    assert runs["internlm/memory_trace"].memory_logs()[0].cache_key != job.memory_logs()[0].cache_key
 
 
 def _info(key: str) -> ObjectInfo:

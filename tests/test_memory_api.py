@@ -76,3 +76,58 @@ def test_snapshots_join_their_run_and_a_hostile_pickle_is_refused(tmp_path: Path
             operation = schema["paths"][path]["get"]
             assert operation["summary"]
             assert all(p.get("description") for p in operation["parameters"]), path
+
+
+INTERNLM = Path(__file__).resolve().parent / "data" / "internlm"
+
+
+def test_memory_logs_beside_traces_and_standing_alone_over_http(tmp_path: Path) -> None:
+    """A memory.log beside a run's traces joins that run; InternLM's memory_trace/ stands as its own run; a file
+    named memory.log that is not one fails alone with where and why."""
+    root = tmp_path / "root"
+    job = root / "job"
+    job.mkdir(parents=True)
+    shutil.copy(corpus_file(TRACE), job / Path(TRACE).name)
+    shutil.copy(INTERNLM / "memory_trace" / "rank0_dp0_tp0" / "memory.log", job / "memory.log")
+    shutil.copytree(INTERNLM / "memory_trace", root / "internlm" / "memory_trace")
+    (root / "notes").mkdir()
+    (root / "notes" / "memory.log").write_text("epoch 1: 12 GB used\n")
+    with running_server([root], tmp_path / "cache") as base:
+        runs = {r["run"]: r for r in _ready(base)["runs"]}
+        assert set(runs) == {"job", "internlm/memory_trace", "notes"}
+        assert "memory" in runs["job"]["views"] and "overview" in runs["job"]["views"]
+        assert [(f["worker"], f["log"], f["state"]) for f in runs["job"]["memory_logs"]] == [
+            ("job", "memory.log", "ready")
+        ]
+        assert runs["internlm/memory_trace"]["views"] == ["memory"]
+        assert runs["notes"]["state"] == "error"
+        assert runs["notes"]["errors"] == [
+            {
+                "file": "notes/memory.log",
+                "message": "notes/memory.log: line 1: expected 'Memory State:' (an InternLM SimpleMemoryProfiler "
+                "memory.log), got 'epoch 1: 12 GB used'",
+            }
+        ]
+
+        body = httpx.get(f"{base}/api/memory/log", params={"run": "internlm/memory_trace"}).json()
+        assert (body["worker"], body["log"]) == ("rank0_dp0_tp0", "memory.log")
+        assert body["peak_allocated_bytes"] == 2_097_361_715  # "2000.20 MB" (see test_memory_log.py)
+        assert body["curve"][0] == [0.0, 1_258_417_029, None]  # "1200.12 MB" at the start
+        assert body["category_curve"]["activation"][2] == 20 * 1_048_576
+        assert httpx.get(f"{base}/api/memory/log", params={"run": "job"}).json()["points"] == 6
+        layers = httpx.get(
+            f"{base}/api/memory/log/layers", params={"run": "internlm/memory_trace", "category": "grads"}
+        ).json()
+        assert layers["ids"][0] == "grad_mem" and layers["total_bytes"] == 4 * 104_857_600 + 2 * 20_972
+        refused = httpx.get(f"{base}/api/memory/log", params={"run": "notes"})
+        assert refused.status_code == 422 and "line 1: expected 'Memory State:'" in refused.json()["error"]
+        missing = httpx.get(f"{base}/api/memory/log", params={"run": "job", "worker": "rank9"})
+        assert missing.status_code == 404 and "no memory.log of worker 'rank9'" in missing.json()["detail"]
+        bad_category = httpx.get(f"{base}/api/memory/log/layers", params={"run": "job", "category": "weights"})
+        assert bad_category.status_code == 422
+
+        schema = httpx.get(f"{base}/openapi.json").json()
+        for path in ("/api/memory/log", "/api/memory/log/layers"):
+            operation = schema["paths"][path]["get"]
+            assert operation["summary"] and operation["description"]
+            assert all(p.get("description") for p in operation["parameters"]), path

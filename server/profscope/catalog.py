@@ -10,6 +10,10 @@ Layout rules (what people really have):
 - CUDA allocator snapshots (``*.pickle`` / ``*.pkl``) join the run of their folder; their worker is
   the rank in their name (Megatron's ``oom_rank-3_*.pickle`` -> ``rank3``) or their rank folder, else
   the file's stem;
+- InternLM ``memory.log`` files (``SimpleMemoryProfiler``) join the run of their folder like traces:
+  in a rank folder (``memory_trace/rank0_dp0_tp0/memory.log``) the folder is the worker and its parent
+  the run, so InternLM's ``memory_trace/`` stands as a run of its own; elsewhere the worker is the rank
+  in the folder's name, else the folder's name;
 - files that are clearly not kineto traces (Nsight exports) are listed with the reason they are
   not read as traces.
 """
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from profscope.ingest.kineto import PARSER_VERSION
+from profscope.ingest.memory_log import MEMORY_LOG_PARSER_VERSION
 from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
 from profscope.sources.base import ObjectInfo
 
@@ -30,7 +35,8 @@ _PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
 _RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
 _MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-TRACE, SNAPSHOT = "trace", "snapshot"
+TRACE, SNAPSHOT, MEMORY_LOG = "trace", "snapshot", "memory_log"
+MEMORY_LOG_NAME = "memory.log"
 _NOT_TRACES = {
     ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
     ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
@@ -48,7 +54,7 @@ class TraceFile:
     worker: str
     span: str
     refusal: str | None = None  # set when the file is listed but not read as a trace
-    kind: str = TRACE  # or SNAPSHOT: a CUDA allocator snapshot, read by the Memory view
+    kind: str = TRACE  # or SNAPSHOT (a CUDA allocator snapshot) or MEMORY_LOG: read by the Memory view
 
     @property
     def key(self) -> str:
@@ -57,7 +63,11 @@ class TraceFile:
     @property
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
-        version = PARSER_VERSION if self.kind == TRACE else f"snapshot{SNAPSHOT_PARSER_VERSION}"
+        version = {
+            TRACE: PARSER_VERSION,
+            SNAPSHOT: f"snapshot{SNAPSHOT_PARSER_VERSION}",
+            MEMORY_LOG: f"memorylog{MEMORY_LOG_PARSER_VERSION}",
+        }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
 
@@ -81,6 +91,15 @@ class Run:
             if (worker is None or snapshot.worker == worker) and (name is None or snapshot.span == name):
                 return snapshot
         return None
+
+    def memory_logs(self) -> list[TraceFile]:
+        """InternLM memory.log files, by worker (``span`` holds the file's name)."""
+        found = [f for f in self.files if f.kind == MEMORY_LOG]
+        return sorted(found, key=lambda f: _worker_order(f.worker))
+
+    def find_memory_log(self, worker: str | None) -> TraceFile | None:
+        """The memory.log of a worker; a missing worker means the first. Named but absent finds nothing."""
+        return next((log for log in self.memory_logs() if worker is None or log.worker == worker), None)
 
     def workers(self) -> dict[str, list[str]]:
         """worker -> span ids in time order."""
@@ -179,6 +198,19 @@ def classify_snapshot(key: str) -> tuple[str, str, str] | None:
     return folder, f"rank{rank.group(1)}" if rank else path.stem, path.stem
 
 
+def classify_memory_log(key: str) -> tuple[str, str, str] | None:
+    """(run folder, worker, file name) of an InternLM memory.log, or None when the key is not one."""
+    path = PurePosixPath(key)
+    if path.name != MEMORY_LOG_NAME:
+        return None
+    folder = str(path.parent) if str(path.parent) != "." else ""
+    if _RANK_FOLDER.match(path.parent.name):
+        run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
+        return run_folder, path.parent.name, path.name
+    rank = _RANK_IN_NAME.search(path.parent.name)
+    return folder, f"rank{rank.group(1)}" if rank else path.parent.name or "memory", path.name
+
+
 def _stem(name: str) -> str:
     for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
         if name.endswith(suffix):
@@ -199,8 +231,11 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
             kind = TRACE
             found = classify(info.key)
             snapshot = classify_snapshot(info.key) if found is None else None
+            memory_log = classify_memory_log(info.key) if found is None and snapshot is None else None
             if snapshot is not None:
                 kind, found = SNAPSHOT, (*snapshot, None)
+            elif memory_log is not None:
+                kind, found = MEMORY_LOG, (*memory_log, None)
             if found is None:
                 continue
             folder, worker, span, refusal = found

@@ -12,7 +12,10 @@ is normalised once, in the ingest worker, into these tables. They are stored lik
 - ``frames`` and stacks: every distinct frame once, every distinct call stack once (``stack_frames``
   rows ``stack_start[s] .. stack_start[s + 1]``, innermost frame first, as recorded);
 - ``allocations``: alloc/free paired by address per device (derived at ingest, see
-  ``analysis/snapshot_allocations.py``): what the active-memory timeline draws.
+  ``analysis/snapshot_allocations.py``): what the active-memory timeline draws;
+- ``levels``: allocated and reserved bytes of the entry's device after each entry (aligned with
+  ``entries``), and ``device_levels`` the levels of each device before its first entry (derived at
+  ingest too: every view of a device starts from them).
 
 Addresses and sizes are bytes; ``time_us`` is the allocator's clock (microseconds since the epoch),
 -1 when the snapshot did not record it.
@@ -99,6 +102,8 @@ SNAPSHOT_SCHEMA: dict[str, dict[str, str]] = {
         "end": "i8",  # entry row of the free; -1: still allocated when the snapshot was taken
         "initial": "i1",  # allocated before the recorded trace (known from a free, or from segments)
     },
+    "levels": {"allocated": "i8", "reserved": "i8"},
+    "device_levels": {"device": "i4", "initial_allocated": "i8", "initial_reserved": "i8"},
 }
 
 

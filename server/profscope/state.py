@@ -113,7 +113,7 @@ class Profscope:
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
         if self.settings.eager_ingest:
             for run in runs.values():
-                for trace in run.traces() + run.snapshots():
+                for trace in run.traces() + run.snapshots() + run.memory_logs():
                     self.ingest.request(trace)
 
     def _list_root(self, root: RootStatus) -> bool:
@@ -175,18 +175,21 @@ class Profscope:
         states = [self.ingest.state(t) for t in traces]
         snapshots = run.snapshots()
         snapshot_states = [self.ingest.state(s) for s in snapshots]
-        names = [s.state for s in states + snapshot_states]
+        memory_logs = run.memory_logs()
+        memory_log_states = [self.ingest.state(f) for f in memory_logs]
+        every_state = states + snapshot_states + memory_log_states
+        names = [s.state for s in every_state]
         if names and all(n == "error" for n in names):
             state = "error"
         elif any(n in ("pending", "parsing", "queued") for n in names):
             state = "parsing"
         else:
             state = "ready"
-        total = sum(s.bytes_total for s in states + snapshot_states) or 1
-        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states + snapshot_states)
+        total = sum(s.bytes_total for s in every_state) or 1
+        done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in every_state)
         errors = [
             {"file": t.key, "message": s.message or "failed"}
-            for t, s in zip(traces + snapshots, states + snapshot_states, strict=True)
+            for t, s in zip(traces + snapshots + memory_logs, every_state, strict=True)
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
@@ -195,7 +198,7 @@ class Profscope:
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states, snapshots),
+            "views": self.views_of(run, traces, states, snapshots + memory_logs),
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
@@ -205,11 +208,15 @@ class Profscope:
                 {"file": f.key, "worker": f.worker, "snapshot": f.span, "bytes": f.info.size, **s.to_json()}
                 for f, s in zip(snapshots, snapshot_states, strict=True)
             ],
+            "memory_logs": [
+                {"file": f.key, "worker": f.worker, "log": f.span, "bytes": f.info.size, **s.to_json()}
+                for f, s in zip(memory_logs, memory_log_states, strict=True)
+            ],
         }
 
-    def memory_view_of(self, traces: list[TraceFile], states: list[Any], snapshots: list[TraceFile]) -> list[str]:
-        """["memory"] when the run has allocator snapshots or a parsed trace with memory events."""
-        if snapshots:
+    def memory_view_of(self, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]) -> list[str]:
+        """["memory"] when the run has allocator snapshots, memory.log files or a parsed trace with memory events."""
+        if memory_files:
             return ["memory"]
         for trace, state in zip(traces, states, strict=True):
             if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
@@ -227,10 +234,12 @@ class Profscope:
                 workers.append({"worker": worker, "spans": readable})
         return workers
 
-    def views_of(self, run: Run, traces: list[TraceFile], states: list[Any], snapshots: list[TraceFile]) -> list[str]:
-        """The pages a run has, in the navigation's order."""
+    def views_of(
+        self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]
+    ) -> list[str]:
+        """The pages a run has, in the navigation's order (``memory_files``: its snapshots and memory.log files)."""
         if not traces:
-            return self.memory_view_of(traces, states, snapshots)
+            return self.memory_view_of(traces, states, memory_files)
         views = ["overview", "operators"]
         for trace, state in zip(traces, states, strict=True):
             if state.state == "ready":
@@ -238,7 +247,7 @@ class Profscope:
                 if summary.get("kernels"):
                     views.append("kernels")
                     break
-        views.extend(self.memory_view_of(traces, states, snapshots))
+        views.extend(self.memory_view_of(traces, states, memory_files))
         first = self.cache.summary(traces[0].cache_key) or {}
         if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
             views.append("distributed")

@@ -1,8 +1,10 @@
-"""The Memory page in Chromium: a snapshot's timeline (hover, pin, jump to source) and the profiler curve."""
+"""The Memory page in Chromium: a snapshot's timeline (hover, pin, jump to source), the profiler curve and an
+InternLM memory.log (curve by category, layer sunbursts)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,9 @@ pytestmark = pytest.mark.browser
 
 SNAPSHOT_RUN = "notHanmin_assignment2-systems"
 SCRIPT = "cs336_systems/benchmarking_script.py"  # the profiled script the snapshot's stacks point at
+INTERNLM = Path(__file__).resolve().parents[1] / "data" / "internlm"  # written by make_memory_logs.py
+LOG_RUN = "internlm/memory_trace"  # the profiler's own example (see tests/test_memory_log.py)
+PIPELINE_RUN = "internlm/RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +27,7 @@ def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     (sources / SCRIPT).write_text(
         "".join(f"# line {n} of a stand-in for the benchmark script\n" for n in range(1, 300))
     )
-    roots = [corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}"), corpus_path("generated/tinygpt_cpu")]
+    roots = [corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}"), corpus_path("generated/tinygpt_cpu"), INTERNLM]
     started = start_server(roots, work / "cache", work / "server.log", "--source-root", str(sources))
     try:
         started.wait_parsed()
@@ -132,3 +137,76 @@ def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Serv
     assert query_of(page.url)["snapshot"] == "memory_snapshot_forward"
     wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
     screenshot(page, "memory-from-runs")
+
+
+def test_memory_log_curve_by_category_and_layer_sunbursts(page, memory_server: Server) -> None:
+    page.goto(f"{memory_server.url}/memory?run={LOG_RUN}")
+    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")  # the stacked categories
+    stats = {
+        label: value
+        for label, value in zip(
+            page.locator(".mem-stat .label").all_inner_texts(),
+            page.locator(".mem-stat .value").all_inner_texts(),
+            strict=True,
+        )
+    }
+    # 2000.20 MB, 400.04 MB, 400.04 + 800.08 MB, 20.00 MB as logged
+    assert stats["Peak total"] == "2.0 GB" and stats["Parameters"] == "400 MB"
+    assert stats["Optimizer"] == "1.2 GB" and stats["Peak activations"] == "20.0 MB"
+    assert "peak 2.0 GB" in page.locator("#log-curve").inner_text()
+    assert query_of(page.url)["log"] == "memory.log" and query_of(page.url)["worker"] == "rank0_dp0_tp0"
+    source = page.get_by_label("Trace, snapshot or memory.log")
+    assert source.locator("option:checked").inner_text() == "memory.log \u00b7 rank0_dp0_tp0"
+
+    wait_for_plot(page, "#layer-sunburst", "g.slice path.surface")
+    assert "layer2" in page.locator("#layer-sunburst").inner_text()
+    page.get_by_role("button", name="optimizer").click()
+    page.wait_for_function("() => document.querySelector('#layer-sunburst').textContent.includes('os_state_mem')")
+    assert query_of(page.url)["category"] == "optimizer"
+    assert page.get_by_role("button", name="optimizer").get_attribute("aria-pressed") == "true"
+    screenshot(page, "memory-log-optimizer")
+
+    plot = page.locator("#log-curve .nsewdrag").first.bounding_box()
+    y = plot["y"] + plot["height"] / 2
+    page.mouse.move(plot["x"] + plot["width"] * 0.05, y)
+    page.mouse.down()
+    page.mouse.move(plot["x"] + plot["width"] * 0.5, y, steps=8)
+    page.mouse.up()
+    page.get_by_test_id("range").wait_for()
+    start, end = float(query_of(page.url)["start_us"]), float(query_of(page.url)["end_us"])
+    _, windowed = get_json(
+        f"{memory_server.url}/api/memory/log?run={LOG_RUN}&start_us={start}&end_us={end}&width_px=1500"
+    )
+    assert 0 < windowed["points_in_window"] < 6
+    page.wait_for_function(
+        "(n) => [...document.querySelectorAll('.mem-stat')].some((s) => s.textContent === 'Points in range' + n)",
+        arg=str(windowed["points_in_window"]),
+    )
+
+
+def test_memory_log_of_another_rank_from_the_source_selector(page, memory_server: Server) -> None:
+    page.goto(f"{memory_server.url}/memory?run={PIPELINE_RUN}&category=activations")
+    wait_for_plot(page, "#layer-sunburst", "g.slice path.surface")
+    text = page.locator("#layer-sunburst").inner_text()
+    assert "activations_0" in text and "activations_1" in text  # one tree per model chunk
+    source = page.get_by_label("Trace, snapshot or memory.log")
+    assert source.locator("option").all_inner_texts() == [
+        "memory.log \u00b7 rank0_dp0_wp0_tp0",
+        "memory.log \u00b7 rank1_dp1_wp0_tp0",
+    ]
+    screenshot(page, "memory-log-pipeline-activations")
+    source.select_option(label="memory.log \u00b7 rank1_dp1_wp0_tp0")
+    page.wait_for_url("**worker=rank1_dp1_wp0_tp0**")
+    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
+    assert "rank1_dp1_wp0_tp0" in page.locator(".page-head").inner_text()
+
+
+def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Server) -> None:
+    page.goto(memory_server.url)
+    links = page.get_by_test_id("memory-log-link")
+    links.first.wait_for()
+    assert links.count() == 3
+    page.locator("tr", has_text=LOG_RUN).get_by_test_id("memory-log-link").click()
+    page.wait_for_url("**/memory?**")
+    assert query_of(page.url)["log"] == "memory.log"
+    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")

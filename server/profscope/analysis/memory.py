@@ -223,7 +223,7 @@ def curve(
     reserved = records.total_reserved[window]
     times = records.ts_us[window]
     if len(window) > 4 * width_px:
-        keep = _peak_preserving(times, allocated, reserved, low, high, width_px)
+        keep = peak_preserving(times, low, high, width_px, (allocated, -allocated, reserved))
         times, allocated, reserved = times[keep], allocated[keep], reserved[keep]
     return {
         "device": device,
@@ -233,15 +233,17 @@ def curve(
     }
 
 
-def _peak_preserving(
-    times: np.ndarray, allocated: np.ndarray, reserved: np.ndarray, low: float, high: float, width_px: int
+def peak_preserving(
+    times: np.ndarray, low: float, high: float, width_px: int, largest_of: tuple[np.ndarray, ...]
 ) -> np.ndarray:
+    """Indices to draw: per pixel column its first and last point, and the point where each series of
+    ``largest_of`` is largest (pass ``-values`` to keep a series' smallest too)."""
     scale = width_px / (high - low) if high > low else 0.0
     column = np.clip(((times - low) * scale).astype(np.int64), 0, width_px - 1)
     starts = np.concatenate([[0], np.flatnonzero(np.diff(column)) + 1])
     ends = np.concatenate([starts[1:], [len(times)]]) - 1
     keep = [starts, ends]
-    for values in (allocated, -allocated, reserved):
+    for values in largest_of:
         order = np.lexsort((-values, column))  # within each column, largest first
         keep.append(order[np.searchsorted(column[order], column[starts])])
     return np.unique(np.concatenate(keep))

@@ -12,6 +12,9 @@ Rules (``torch/utils/viz/MemoryViz.js`` ``process_alloc_data``, anchors.md §3.3
 
 Reserved bytes follow ``segment_alloc`` / ``segment_map`` (+) and ``segment_free`` / ``segment_unmap``
 (-), replayed backwards from the segments present at the end.
+
+Both levels are replayed once, at ingest (``build_levels``), and stored with the tables: a request
+reads them memory-mapped instead of replaying millions of entries.
 """
 
 from __future__ import annotations
@@ -148,21 +151,73 @@ class DeviceMemory:
 
 
 def device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
-    """Memoised on the tables: every snapshot view of a device starts from it."""
+    """Memoised on the tables: every snapshot view of a device starts from it.
+
+    Read from the stored ``levels`` when the tables have them (as ingested), else replayed.
+    """
     key = ("device_memory", device)
     found = tables.derived.get(key)
     if found is None:
-        found = tables.derived[key] = _device_memory(tables, device)
+        found = tables.derived[key] = _stored_device_memory(tables, device) or replay_device_memory(tables, device)
     return found
 
 
-def _device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
+def build_levels(tables: SnapshotTables) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The ``levels`` and ``device_levels`` tables: every device's levels, replayed (and memoised)."""
+    rows = tables.row_count("entries")
+    allocated = np.zeros(rows, dtype=np.int64)
+    reserved = np.zeros(rows, dtype=np.int64)
+    devices = list(tables.meta["devices"])
+    initial_allocated, initial_reserved = [], []
+    for device in devices:
+        memory = replay_device_memory(tables, device)
+        mine = slice(int(memory.rows[0]), int(memory.rows[-1]) + 1) if len(memory.rows) else slice(0, 0)
+        allocated[mine], reserved[mine] = memory.allocated, memory.reserved
+        memory.allocated, memory.reserved = allocated[mine], reserved[mine]  # one copy in memory
+        tables.derived[("device_memory", device)] = memory
+        initial_allocated.append(memory.initial_allocated)
+        initial_reserved.append(memory.initial_reserved)
+    device_levels = {
+        "device": np.asarray(devices, dtype=np.int32),
+        "initial_allocated": np.asarray(initial_allocated, dtype=np.int64),
+        "initial_reserved": np.asarray(initial_reserved, dtype=np.int64),
+    }
+    return {"allocated": allocated, "reserved": reserved}, device_levels
+
+
+def _device_ranges(tables: SnapshotTables, device: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the device in ``entries`` and in ``allocations`` (both tables are ordered by device)."""
+    first, last = np.searchsorted(np.asarray(tables.table("entries")["device"]), [device, device + 1])
+    low, high = np.searchsorted(np.asarray(tables.table("allocations")["device"]), [device, device + 1])
+    return np.arange(first, last), np.arange(low, high)
+
+
+def _stored_device_memory(tables: SnapshotTables, device: int) -> DeviceMemory | None:
+    stored = tables.columns.get("device_levels")
+    if not stored or tables.row_count("levels") != tables.row_count("entries"):
+        return None
+    found = np.flatnonzero(np.asarray(stored["device"]) == device)
+    if not len(found):
+        return None
+    rows, allocation_rows = _device_ranges(tables, device)
+    mine = slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) else slice(0, 0)
+    levels = tables.table("levels")
+    return DeviceMemory(
+        device,
+        rows,
+        levels["allocated"][mine],
+        levels["reserved"][mine],
+        int(stored["initial_allocated"][found[0]]),
+        int(stored["initial_reserved"][found[0]]),
+        allocation_rows,
+    )
+
+
+def replay_device_memory(tables: SnapshotTables, device: int) -> DeviceMemory:
     entries = tables.table("entries")
-    entry_device = np.asarray(entries["device"])
-    first, last = np.searchsorted(entry_device, [device, device + 1])
-    rows = np.arange(first, last)
+    rows, mine = _device_ranges(tables, device)
+    first, last = (int(rows[0]), int(rows[-1]) + 1) if len(rows) else (0, 0)
     allocations = tables.table("allocations")
-    mine = np.flatnonzero(np.asarray(allocations["device"]) == device)
     size = np.asarray(allocations["size"])[mine]
     start = np.asarray(allocations["start"])[mine]
     end = np.asarray(allocations["end"])[mine]

@@ -1,4 +1,4 @@
-"""JSON twins of the Memory page: the profiler's memory events, and CUDA allocator snapshots.
+"""JSON twins of the Memory page: the profiler's memory events, CUDA allocator snapshots, InternLM memory.log.
 
 Both read the cached tables memory-mapped; the few structures a request needs (device names and
 sorted records, the event attribution, a snapshot's tables) are kept for the last few files.
@@ -24,12 +24,22 @@ from profscope.analysis.memory import (
     memory_statistics,
     peaks,
 )
+from profscope.analysis.memory_log import SUNBURSTS, layer_tree, log_curve, log_summary
 from profscope.analysis.snapshot_stacks import allocation_row, stack_frames, stack_tree, top_allocations
 from profscope.analysis.snapshot_state import oom_moments, segment_state
-from profscope.analysis.snapshot_timeline import timeline
+from profscope.analysis.snapshot_timeline import (
+    DEFAULT_HEIGHT_PX,
+    DEFAULT_MIN_PX,
+    DEFAULT_WIDTH_PX,
+    default_timeline_view,
+    is_default_request,
+    timeline,
+)
 from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
+from profscope.ingest.memory_log import MemoryLog
+from profscope.ingest.memory_log_job import MEMORY_LOG_VIEW
 from profscope.snapshot_tables import SnapshotTables
 from profscope.tables import TraceTables
 
@@ -37,7 +47,7 @@ router = APIRouter(prefix="/api/memory", tags=["memory"])
 
 _STATUS_DOC = {
     202: {"description": "The file is being read: `{state, progress, bytes_done, bytes_total}`; ask again."},
-    404: {"description": "No such run, worker, span, snapshot or device: `{detail}`."},
+    404: {"description": "No such run, worker, span, snapshot, memory.log, device or layout: `{detail}`."},
     422: {"description": "The file could not be read (e.g. a pickle that is not plain data): `{error, file}`."},
 }
 KEEP_LOADED = 4
@@ -194,19 +204,28 @@ def snapshot_timeline(
     device: int | None = DeviceQuery,
     start: float | None = Query(None, description="Window start on the x axis (µs since the first entry, or entry)"),
     end: float | None = Query(None, description="Window end on the x axis"),
-    width_px: int = Query(1200, ge=10, le=8000, description="Plot width in pixels"),
-    height_px: int = Query(500, ge=10, le=8000, description="Plot height in pixels"),
-    min_px: float = Query(0.25, gt=0, le=100, description="Allocations less tall than this (pixels) are merged"),
+    width_px: int = Query(DEFAULT_WIDTH_PX, ge=10, le=8000, description="Plot width in pixels"),
+    height_px: int = Query(DEFAULT_HEIGHT_PX, ge=10, le=8000, description="Plot height in pixels"),
+    min_px: float = Query(DEFAULT_MIN_PX, gt=0, le=100, description="Allocations less tall than this (pixels) merge"),
 ) -> Response:
     """Bands: allocations at least `min_px` tall at this window and height, each with its bottom `y` (bytes)
-    at the x positions where it moves; the rest is one "small allocations" band (`summarized`)."""
+    at the x positions where it moves; the rest is one "small allocations" band (`summarized`). The whole
+    window at the default size (the page's first draw) is computed when the snapshot is read, and served
+    from the cache."""
     _window(start, end)
+    state = get_state(request)
+    data, pending = payload_or_status(state, snapshot, "snapshot.summary")
+    if pending is not None:
+        return pending
+    chosen = _device(orjson.loads(data), device)
+    if is_default_request(start, end, width_px, height_px, min_px):
+        cached = state.cache.read_view(snapshot.cache_key, default_timeline_view(chosen))
+        if cached is not None:
+            return json_response({**_ident(snapshot), "snapshot": snapshot.span, **orjson.loads(cached)})
     return _snapshot_view(
         request,
         snapshot,
-        lambda tables, summary: timeline(
-            tables, _device(summary, device), start, end, width_px, height_px, min_px=min_px
-        ),
+        lambda tables, summary: timeline(tables, chosen, start, end, width_px, height_px, min_px=min_px),
     )
 
 
@@ -275,3 +294,63 @@ def _linked(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
     if frame["filename"] in ("", "??") or frame["line"] <= 0:
         return {**frame, "links": {}}
     return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]})}
+
+
+# ---- InternLM memory.log ------------------------------------------------------------------------
+def get_memory_log(
+    request: Request,
+    run: Run = Depends(get_run),
+    worker: str | None = Query(None, description="Worker (rank folder) of the memory.log; default: the first"),
+) -> TraceFile:
+    found = run.find_memory_log(worker)
+    if found is None:
+        raise HTTPException(404, detail=f"run {run.name!r} has no memory.log of worker {worker!r}")
+    return found
+
+
+def _memory_log_view(request: Request, file: TraceFile, shape: Callable[[MemoryLog], dict]) -> Response:
+    state = get_state(request)
+    data, pending = payload_or_status(state, file, MEMORY_LOG_VIEW)
+    if pending is not None:
+        return pending
+    log = _loaded.get(file.cache_key, lambda: MemoryLog.from_json(orjson.loads(data)))
+    return json_response({**_ident(file), "log": file.span, **shape(log)})
+
+
+@router.get("/log", responses=_STATUS_DOC, summary="InternLM memory.log: memory curve, by category, with peaks")
+def memory_log(
+    request: Request,
+    file: TraceFile = Depends(get_memory_log),
+    start_us: float | None = Query(None, description="Window start, µs since the profiler started"),
+    end_us: float | None = Query(None, description="Window end, µs since the profiler started"),
+    width_px: int = Query(1500, ge=10, le=20000, description="Plot width: the curve keeps ~4 points per pixel"),
+) -> Response:
+    """`curve` is `[[t_us, allocated_bytes, null], ...]` as in `/api/memory`: t since the profiler started,
+    allocated the logged `total_memory` (parameters, gradients, optimizer parameters and state, activations:
+    tensor sizes, logged in MB with two decimals); the log has no reserved bytes. `category_curve` holds each
+    category's bytes at the same points; `sunbursts` the layer layouts `/api/memory/log/layers` can draw."""
+    _window(start_us, end_us)
+    return _memory_log_view(
+        request, file, lambda log: {**log_summary(log), **log_curve(log, start_us, end_us, width_px)}
+    )
+
+
+@router.get("/log/layers", responses=_STATUS_DOC, summary="InternLM memory.log: one category's bytes by layer")
+def memory_log_layers(
+    request: Request,
+    file: TraceFile = Depends(get_memory_log),
+    category: Literal["params", "grads", "optimizer", "activations"] = Query(
+        "params", description="params, grads, optimizer (its parameter copies and state) or activations"
+    ),
+) -> Response:
+    """Plotly sunburst columns (`ids`, `labels`, `parents`, `values` in bytes) of the category's last logged layout,
+    by module path; each value is the node's own bytes plus its subtree's."""
+
+    def shape(log: MemoryLog) -> dict:
+        tree = layer_tree(log, category)
+        if not tree["ids"]:
+            wanted = " or ".join(f"{name}_layout" for name in SUNBURSTS[category])
+            raise HTTPException(404, detail=f"this memory.log has no {wanted} yet")
+        return tree
+
+    return _memory_log_view(request, file, shape)

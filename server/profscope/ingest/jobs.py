@@ -53,7 +53,7 @@ class IngestRequest:
     cache_key: str
     cache_root: str
     max_trace_bytes: int
-    kind: str = "trace"  # or "snapshot" (catalog.SNAPSHOT)
+    kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
     max_snapshot_bytes: int = 8 << 30
 
 
@@ -111,6 +111,10 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         from profscope.ingest.snapshot_job import ingest_snapshot
 
         return ingest_snapshot(request, on_progress)
+    if request.kind == "memory_log":
+        from profscope.ingest.memory_log_job import ingest_memory_log
+
+        return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
     try:
         with request.source.open(request.key) as raw:

@@ -19,7 +19,7 @@ log = logging.getLogger("profscope.ingest")
 
 def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) -> dict[str, Any]:
     from profscope.analysis.payloads import registered
-    from profscope.analysis.snapshot_allocations import build_allocations
+    from profscope.analysis.snapshot_allocations import build_allocations, build_levels
 
     cache = TraceCache(Path(request.cache_root))
     started = time.perf_counter()
@@ -37,6 +37,9 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
     tables.columns["allocations"] = build_allocations(tables)
     phase_s["allocations"] = time.perf_counter() - mark
     mark = time.perf_counter()
+    tables.columns["levels"], tables.columns["device_levels"] = build_levels(tables)
+    phase_s["levels"] = time.perf_counter() - mark
+    mark = time.perf_counter()
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
     view_errors = {}
@@ -49,6 +52,9 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
             log.exception("view %s failed for %s", name, request.key)
             view_errors[name] = f"{type(exc).__name__}: {exc}"
             cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    mark = time.perf_counter()
+    _save_default_timelines(cache, request, tables, view_errors)
+    phase_s["default_timelines"] = time.perf_counter() - mark
     summary = {
         "key": request.key,
         "kind": "snapshot",
@@ -65,3 +71,19 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
     }
     cache.write_summary(request.cache_key, summary)
     return summary
+
+
+def _save_default_timelines(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:
+    """Each device's whole-window timeline at the page's first-draw size: the first draw reads a file.
+
+    A device whose timeline fails gets none: the request computes it (and shows the error) itself.
+    """
+    from profscope.analysis.snapshot_timeline import default_timeline_view, timeline
+
+    for device in tables.meta["devices"]:
+        name = default_timeline_view(device)
+        try:
+            cache.write_view(request.cache_key, name, timeline(tables, device))
+        except Exception as exc:
+            log.exception("default timeline of device %s failed for %s", device, request.key)
+            view_errors[name] = f"{type(exc).__name__}: {exc}"

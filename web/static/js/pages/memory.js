@@ -1,6 +1,7 @@
-// Memory view: the profiler's memory events (curve, events, per-operator statistics) or a CUDA
-// allocator snapshot (active memory timeline, allocator state, top allocations, call stacks, OOM).
-// State in the URL: run, worker, span | snapshot, device, start/end (window), moment, sorts.
+// Memory view: the profiler's memory events (curve, events, per-operator statistics), a CUDA
+// allocator snapshot (active memory timeline, allocator state, top allocations, call stacks, OOM) or
+// an InternLM memory.log (memory curve by category, sunburst of a category by layer).
+// State in the URL: run, worker, span | snapshot | log, device, start/end (window), moment, category, sorts.
 
 import { getJSON, isAbort, loadView } from "../api.js";
 import { FONT, PALETTE, PLOT_CONFIG, plotly, plotText } from "../charts.js";
@@ -32,15 +33,20 @@ function sourcesOf(runInfo) {
   const snapshots = (runInfo.snapshots || [])
     .filter((s) => s.state !== "error")
     .map((s) => ({ kind: "snapshot", worker: s.worker, snapshot: s.snapshot, label: `snapshot \u00b7 ${s.worker} \u00b7 ${s.snapshot}` }));
-  return [...traces, ...snapshots];
+  const logs = (runInfo.memory_logs || [])
+    .filter((s) => s.state !== "error")
+    .map((s) => ({ kind: "log", worker: s.worker, log: s.log, label: `${s.log} \u00b7 ${s.worker}` }));
+  return [...traces, ...snapshots, ...logs];
 }
 
 function sourceKey(source) {
-  return source.kind === "trace" ? `t\u0000${source.worker}\u0000${source.span}` : `s\u0000${source.worker}\u0000${source.snapshot}`;
+  const name = { trace: source.span, snapshot: source.snapshot, log: source.log }[source.kind];
+  return `${source.kind}\u0000${source.worker}\u0000${name}`;
 }
 
 function chooseSource(sources) {
   if (params.snapshot) return sources.find((s) => s.kind === "snapshot" && s.snapshot === params.snapshot && (!params.worker || s.worker === params.worker));
+  if (params.log) return sources.find((s) => s.kind === "log" && s.log === params.log && (!params.worker || s.worker === params.worker));
   if (params.span || params.worker) {
     return sources.find((s) => s.kind === "trace" && (!params.worker || s.worker === params.worker) && (!params.span || s.span === params.span));
   }
@@ -57,10 +63,10 @@ function renderBar(runs, runInfo, sources, current) {
     "select",
     {
       id: "sel-source",
-      "aria-label": "Trace or snapshot",
+      "aria-label": "Trace, snapshot or memory.log",
       onchange: (e) => {
         const next = sources.find((s) => sourceKey(s) === e.target.value);
-        location.assign(withQuery("/memory", { run: runInfo.run, worker: next.worker, span: next.span, snapshot: next.snapshot }));
+        location.assign(withQuery("/memory", { run: runInfo.run, worker: next.worker, span: next.span, snapshot: next.snapshot, log: next.log }));
       },
     },
     sources.map((s) => el("option", { value: sourceKey(s), selected: current && sourceKey(s) === sourceKey(current), text: s.label })),
@@ -103,14 +109,16 @@ async function start() {
     clear(statusEl, errorBox({ title: "Nothing to show in this run", message: reasons || "No readable trace or snapshot." }));
     return;
   }
-  const ident =
-    current.kind === "trace"
-      ? { run: runInfo.run, worker: current.worker, span: current.span }
-      : { run: runInfo.run, worker: current.worker, snapshot: current.snapshot };
+  const ident = {
+    trace: { run: runInfo.run, worker: current.worker, span: current.span },
+    snapshot: { run: runInfo.run, worker: current.worker, snapshot: current.snapshot },
+    log: { run: runInfo.run, worker: current.worker, log: current.log },
+  }[current.kind];
   updateUrl(ident);
   updateNavLinks(current.kind === "trace" ? ident : { run: runInfo.run }, runInfo);
   if (current.kind === "trace") new ProfilerMemory(ident).load();
-  else new SnapshotMemory(ident).load();
+  else if (current.kind === "snapshot") new SnapshotMemory(ident).load();
+  else new MemoryLogView(ident).load();
 }
 
 function deviceSelect(devices, current, label, onChange) {
@@ -400,9 +408,12 @@ class SnapshotMemory {
 
   // -- timeline --
   async loadTimeline() {
-    const width = Math.max(300, Math.round(this.timelineEl.clientWidth || 1100));
     const height = 420;
-    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, width_px: width, height_px: height - 60 }));
+    // The whole window is asked at the server's default size (computed when the snapshot was read, so
+    // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
+    const whole = this.window.start === null && this.window.end === null;
+    const size = whole ? {} : { width_px: Math.max(300, Math.round(this.timelineEl.clientWidth || 1100)), height_px: height - 60 };
+    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, ...size }));
     setJsonLink(url);
     let data;
     try {
@@ -625,6 +636,161 @@ class SnapshotMemory {
         ),
       ),
     );
+  }
+}
+
+// ---- InternLM memory.log -------------------------------------------------------------------------
+const CATEGORY_COLORS = { params: PALETTE[0], grads: PALETTE[1], os_params: PALETTE[2], os_state: PALETTE[3], activation: PALETTE[4] };
+
+class MemoryLogView {
+  constructor(ident) {
+    this.ident = ident;
+    this.window = { start: numberOrNull(params.start_us), end: numberOrNull(params.end_us) };
+    this.category = params.category || null;
+  }
+
+  q(extra = {}) {
+    return { run: this.ident.run, worker: this.ident.worker, ...extra };
+  }
+
+  async load() {
+    controller?.abort();
+    controller = new AbortController();
+    if (!this.data) clear(root, loading());
+    const url = withQuery("/api/memory/log", this.q({ start_us: this.window.start, end_us: this.window.end, width_px: 1500 }));
+    setJsonLink(url);
+    try {
+      this.data = await loadView(url, { statusEl, signal: controller.signal });
+    } catch (error) {
+      if (!isAbort(error)) {
+        clear(root);
+        showViewError(statusEl, error, this.ident);
+      }
+      return;
+    }
+    this.render();
+  }
+
+  render() {
+    const data = this.data;
+    const head = el("div", { class: "page-head" }, el("h1", { text: "Memory" }),
+      el("span", { class: "sub", text: `${data.worker} \u00b7 ${data.log} (InternLM SimpleMemoryProfiler)` }));
+    const warnings = data.warnings.length
+      ? el("ul", { class: "muted log-warnings", "data-testid": "log-warnings" }, data.warnings.map((w) => el("li", { text: w })))
+      : null;
+    if (!data.points) {
+      clear(root, head, emptyState("This memory.log has no memory state yet", "SimpleMemoryProfiler writes one at start, after each forward and backward, and at each step."), warnings);
+      return;
+    }
+    const windowed = this.window.start !== null || this.window.end !== null;
+    const at = (name) => data.at_peak[name];
+    const stats = el(
+      "div",
+      { class: "mem-stats" },
+      stat("Peak total", fmtBytes(data.peak_allocated_bytes), `Largest total_memory in the log, at ${fmtUs(data.peak_time_us)} \u00b5s`),
+      stat("Parameters", fmtBytes(at("params")), "params_memory at the peak"),
+      stat("Gradients", fmtBytes(at("grads")), "grads_memory at the peak"),
+      stat("Optimizer", fmtBytes(at("os_params") + at("os_state")), "os_params_memory + os_state_memory at the peak"),
+      stat("Activations at peak", fmtBytes(at("activation"))),
+      stat("Peak activations", fmtBytes(data.peaks.activation)),
+      stat("Points in range", fmtInt(data.points_in_window)),
+    );
+    const controls = el(
+      "div",
+      { class: "controls" },
+      windowed
+        ? el("span", { class: "window-note", "data-testid": "range" },
+            `Range ${fmtUs(data.window_us[0])} \u2013 ${fmtUs(data.window_us[1])} \u00b5s `,
+            el("button", { type: "button", text: "Reset range", onclick: () => this.setWindow(null, null) }))
+        : el("span", { class: "muted", text: "Drag on the curve to zoom into a time range." }),
+    );
+    const chart = el("div", { class: "chart", id: "log-curve", "data-testid": "log-curve" });
+    this.sunburstEl = el("div", { class: "chart sunburst", id: "layer-sunburst", "data-testid": "layer-sunburst" });
+    this.sunburstNote = el("div", { class: "muted small" });
+    const available = data.sunbursts.map((s) => s.category);
+    if (!available.includes(this.category)) this.category = available[0] || null;
+    this.categoryButtons = el(
+      "span",
+      { class: "segmented", role: "group", "aria-label": "Category" },
+      data.sunbursts.map((s) => el("button", { type: "button", "aria-pressed": String(s.category === this.category), text: s.label, dataset: { category: s.category },
+        onclick: () => { this.category = s.category; updateUrl({ category: s.category }); this.loadLayers(); } })),
+    );
+    clear(
+      root,
+      head,
+      controls,
+      warnings,
+      el("section", { class: "panel" },
+        el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "tensor bytes by category (stacked); total and its peak marked" })), stats, chart),
+      el("section", { class: "panel" },
+        el("h2", {}, "Memory by layer ", this.categoryButtons),
+        this.sunburstNote, available.length ? this.sunburstEl : emptyState("This memory.log has no layout yet")),
+    );
+    this.drawCurve(chart);
+    if (this.category) this.loadLayers();
+  }
+
+  drawCurve(chart) {
+    const data = this.data;
+    const x = data.curve.map((p) => p[0]);
+    const total = data.curve.map((p) => p[1] / MIB);
+    // a step per logged point (the state holds until the next one); markers show each point, the last included
+    const traces = data.categories.map((c) => ({
+      type: "scatter", mode: "lines+markers", stackgroup: "categories", marker: { size: 4 },
+      line: { shape: "hv", width: 0.5, color: CATEGORY_COLORS[c.category] },
+      name: c.label, x, y: data.category_curve[c.category].map((v) => v / MIB),
+      hovertemplate: `${c.label} %{y:,.2f} MiB<extra></extra>`,
+    }));
+    traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: "#1f2328", width: 1.5, dash: "dot" }, name: "total", x, y: total,
+      hovertemplate: "%{x:,.0f} \u00b5s<br>total %{y:,.2f} MiB<extra></extra>" });
+    let peakIndex = 0;
+    for (let i = 1; i < total.length; i += 1) if (total[i] > total[peakIndex]) peakIndex = i;
+    const annotations = [];
+    if (x.length) {
+      traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "peak", showlegend: false,
+        x: [x[peakIndex]], y: [total[peakIndex]], hovertemplate: "peak %{y:,.2f} MiB at %{x:,.0f} \u00b5s<extra></extra>" });
+      const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
+      annotations.push({ x: x[peakIndex], y: total[peakIndex], text: `${what} ${plotText(fmtBytes(data.curve[peakIndex][1]))}`,
+        showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
+    }
+    const layout = {
+      font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "x unified",
+      xaxis: { title: { text: "time since the profiler started (\u00b5s)" }, zeroline: false },
+      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
+      legend: { orientation: "h", y: 1.1 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
+    };
+    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
+    chart.on("plotly_relayout", (change) => {
+      if (change["xaxis.autorange"]) this.setWindow(null, null);
+      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    });
+  }
+
+  setWindow(startUs, endUs) {
+    this.window = { start: startUs === null ? null : Math.max(0, startUs), end: endUs };
+    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) });
+    this.load();
+  }
+
+  async loadLayers() {
+    for (const button of this.categoryButtons.querySelectorAll("button")) {
+      button.setAttribute("aria-pressed", String(button.dataset.category === this.category));
+    }
+    const url = withQuery("/api/memory/log/layers", this.q({ category: this.category }));
+    let tree;
+    try {
+      tree = await loadView(url, { statusEl });
+    } catch (error) {
+      clear(this.sunburstEl, errorBox({ title: "Cannot load the layout", message: error.message }));
+      return;
+    }
+    this.sunburstNote.textContent = `${tree.label}: ${fmtBytes(tree.total_bytes)} as logged at ${fmtUs(tree.time_us)} \u00b5s (layouts ${tree.layouts.join(", ")}); from the model (centre) to its tensors`;
+    const trace = {
+      type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      hovertemplate: "%{id}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
+    };
+    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
   }
 }
 

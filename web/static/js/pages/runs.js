@@ -56,6 +56,29 @@ function snapshotRow(run, snapshot) {
   ];
 }
 
+/** An InternLM memory.log of the run: a chip that opens it on the Memory page. */
+function memoryLogRow(run, log) {
+  const details = [log.file, `state: ${log.state}`, log.message].filter(Boolean).join("\n");
+  return [
+    el("span", { class: "worker", title: log.worker, text: log.worker }),
+    el(
+      "span",
+      { class: "span-chips" },
+      el(
+        "a",
+        {
+          class: `chip ${log.state}`,
+          href: withQuery("/memory", { run: run.run, worker: log.worker, log: log.log }),
+          title: details,
+          "data-testid": "memory-log-link",
+        },
+        el("span", { class: "dot" }),
+        log.log,
+      ),
+    ),
+  ];
+}
+
 function workersCell(run) {
   const fileOf = new Map((run.files || []).map((f) => [`${f.worker}\u0000${f.span}`, f]));
   const rows = (run.workers || []).map((w) => [
@@ -67,6 +90,7 @@ function workersCell(run) {
     ),
   ]);
   for (const snapshot of run.snapshots || []) rows.push(snapshotRow(run, snapshot));
+  for (const log of run.memory_logs || []) rows.push(memoryLogRow(run, log));
   if (!rows.length) return el("span", { class: "muted", text: "no readable trace" });
   const list = el("div", { class: "worker-list" }, rows.slice(0, WORKERS_SHOWN));
   if (rows.length <= WORKERS_SHOWN) return list;
@@ -86,7 +110,7 @@ function workersCell(run) {
 function stateCell(run) {
   const cell = el("div", {}, el("span", { class: `badge ${run.state}`, text: run.state }));
   if (run.state === "parsing") {
-    const files = [...(run.files || []), ...(run.snapshots || [])];
+    const files = [...(run.files || []), ...(run.snapshots || []), ...(run.memory_logs || [])];
     const done = files.reduce((sum, f) => sum + (f.state === "ready" || f.state === "error" ? f.bytes_total : f.bytes_done), 0);
     const total = files.reduce((sum, f) => sum + (f.bytes_total || 0), 0);
     cell.append(
@@ -98,7 +122,7 @@ function stateCell(run) {
 }
 
 function filesCell(run) {
-  const files = [...(run.files || []), ...(run.snapshots || [])];
+  const files = [...(run.files || []), ...(run.snapshots || []), ...(run.memory_logs || [])];
   const bytes = files.reduce((sum, f) => sum + (f.bytes || 0), 0);
   return `${fmtInt(files.length)} \u00b7 ${fmtBytes(bytes)}`;
 }
@@ -124,7 +148,7 @@ function errorRow(run) {
 const VIEW_LABELS = { overview: "Overview", operators: "Operator", kernels: "Kernel", memory: "Memory" };
 
 function viewLinks(run) {
-  if (!run.workers?.length && !run.snapshots?.length) return null;
+  if (!run.workers?.length && !run.snapshots?.length && !run.memory_logs?.length) return null;
   const links = (run.views || []).map((view) =>
     el("a", { href: withQuery(`/${view}`, { run: run.run }), text: VIEW_LABELS[view] || view }),
   );
@@ -133,7 +157,7 @@ function viewLinks(run) {
 
 function runRow(run) {
   const first = run.workers?.[0];
-  const page = first ? "/overview" : run.snapshots?.length ? "/memory" : null;
+  const page = first ? "/overview" : run.snapshots?.length || run.memory_logs?.length ? "/memory" : null;
   const name = page
     ? el("a", { class: "run-name", href: withQuery(page, { run: run.run }), text: run.run })
     : el("span", { class: "run-name", text: run.run });
