@@ -210,3 +210,18 @@ def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Se
     page.wait_for_url("**/memory?**")
     assert query_of(page.url)["log"] == "memory.log"
     wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
+
+
+def test_old_trace_without_totals_says_why_no_curve_is_drawn(page, server: Server) -> None:
+    """torch-tb-profiler's V100 samples (PyTorch 1.9): [memory] events with Bytes only. The statistics are
+    shown; in place of an empty curve, the reason."""
+    page.goto(f"{server.url}/memory?run=resnet50_num_workers_0")
+    chart = page.get_by_test_id("memory-curve")
+    chart.get_by_test_id("empty-state").wait_for()
+    assert "carry no 'Addr', 'Total Allocated'" in chart.inner_text()
+    assert chart.locator(".main-svg").count() == 0
+    assert page.get_by_test_id("stats-table").locator("tbody tr").count() > 10
+    _, body = get_json(f"{server.url}/api/memory?run=resnet50_num_workers_0")
+    assert body["device"] == "GPU0" and body["curve"] == [] and body["peak_allocated_bytes"] is None
+    assert "before PyTorch 1.10" in body["curve_reason"]
+    screenshot(page, "memory-profiler-no-totals")

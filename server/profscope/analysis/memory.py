@@ -196,6 +196,24 @@ def peaks(records: MemoryRecords) -> dict[str, dict[str, int]]:
     return result
 
 
+def _drawable(records: MemoryRecords) -> np.ndarray:
+    """Records that are points of the curve: an address (an allocation or release) and both totals."""
+    return (records.addr != NO_ID) & (records.total_allocated != NO_ID) & (records.total_reserved != NO_ID)
+
+
+def curve_unavailable_reason(records: MemoryRecords, device: str) -> str | None:
+    """Why the device's events draw no curve (None when they do): traces from before PyTorch 1.10 record
+    only ``Bytes``, without the address to pair them or the allocator's totals to draw (as the plugin)."""
+    mine = records.device == records.names.index(device)
+    if not mine.any() or (mine & _drawable(records)).any():
+        return None
+    return (
+        "the memory events of this device carry no 'Addr', 'Total Allocated' or 'Total Reserved' (recorded "
+        "before PyTorch 1.10): there is no curve to draw and no allocation to pair with its release; the "
+        "statistics per operator come from their 'Bytes'"
+    )
+
+
 def curve(
     records: MemoryRecords,
     device: str,
@@ -208,13 +226,7 @@ def curve(
     Per column: its first and last points and the points of its smallest and largest allocated
     value (and largest reserved), so every peak and every trough survives downsampling.
     """
-    index = records.names.index(device)
-    mine = np.flatnonzero(
-        (records.device == index)
-        & (records.addr != NO_ID)
-        & (records.total_allocated != NO_ID)
-        & (records.total_reserved != NO_ID)
-    )
+    mine = np.flatnonzero((records.device == records.names.index(device)) & _drawable(records))
     t = records.ts_us[mine]
     low = t[0] if len(t) and start_us is None else (start_us if start_us is not None else 0.0)
     high = t[-1] if len(t) and end_us is None else (end_us if end_us is not None else 0.0)

@@ -19,6 +19,7 @@ from profscope.analysis.memory import (
     MemoryAttribution,
     MemoryRecords,
     curve,
+    curve_unavailable_reason,
     memory_events,
     memory_records,
     memory_statistics,
@@ -96,7 +97,8 @@ def profiler_memory(
     width_px: int = Query(1500, ge=10, le=20000, description="Plot width: the curve keeps ~4 points per pixel"),
 ) -> Response:
     """The curve is `[[t_us, allocated_bytes, reserved_bytes], ...]`, downsampled per pixel column keeping each
-    column's first, last, lowest and highest points. `events` and `stats` are limited to the window."""
+    column's first, last, lowest and highest points. `events` and `stats` are limited to the window.
+    `curve_reason` says why a device has no curve (its events carry no address or totals), else null."""
     _window(start_us, end_us)
     state = get_state(request)
     data, pending = payload_or_status(state, trace, "memory.attribution")
@@ -130,6 +132,7 @@ def profiler_memory(
             "peak_reserved_bytes": device_peaks[chosen]["peak_reserved_bytes"],
             "peaks": device_peaks,
             **drawn,
+            "curve_reason": curve_unavailable_reason(records, chosen),
             "events": memory_events(tables, records, attribution, chosen, start_us, end_us),
             "stats": memory_statistics(tables, records, attribution, start_us, end_us).get(chosen, []),
         }

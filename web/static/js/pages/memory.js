@@ -236,7 +236,10 @@ class ProfilerMemory {
       events.panel,
       opStats.panel,
     );
-    this.drawCurve(chart);
+    if (data.curve_reason) {
+      chart.style.height = "auto";
+      clear(chart, emptyState("No memory curve for this device", data.curve_reason));
+    } else this.drawCurve(chart);
     this.drawTable(events, data.events, EVENT_COLUMNS, "events_sort", "eventsSort", "No memory event in this range.");
     this.drawTable(opStats, data.stats, STAT_COLUMNS, "stats_sort", "statsSort", "No operator allocated memory in this range.");
   }
