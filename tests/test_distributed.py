@@ -334,3 +334,69 @@ def test_summary_is_small_and_versioned() -> None:
     stale = orjson.loads(data)
     stale["version"] = 0
     assert summary_from_json(orjson.dumps(stale))[0] is None
+
+
+# ---- matching by process group and sequence number ------------------------------------------------
+BASE_NS = 1_790_000_000 * 10**9
+DP, TP = ("0", "mesh_dp", "[0, 1]"), ("1", "mesh_tp", "[0, 1]")
+
+
+def _collective(group: tuple[str, str, str], seq: int, start_us: float, dur_us: float, nelems: int) -> list[dict]:
+    """``record_param_comms`` with its Seq and process group, around the ``gloo:all_reduce`` that does the work."""
+    name, desc, ranks = group
+    args = {"Collective name": "allreduce", "Process Group Name": name, "Process Group Description": desc,
+            "Process Group Ranks": ranks, "Group size": 2, "Seq": seq, "In msg nelems": nelems,
+            "Out msg nelems": nelems, "dtype": "Float"}  # fmt: skip
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": start_us - 1,
+         "dur": dur_us + 2, "args": args},
+        {"ph": "X", "cat": "cpu_op", "name": "gloo:all_reduce", "pid": 1, "tid": 1, "ts": start_us, "dur": dur_us,
+         "args": {}},
+    ]  # fmt: skip
+
+
+def _rank_with_calls(tmp_path: Path, rank: int, calls: list[tuple]) -> dict:
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+               "dur": 10_000, "args": {}}]  # fmt: skip
+    for call in calls:
+        events += _collective(*call)
+    path = tmp_path / f"rank{rank}.1.pt.trace.json"
+    trace = {"distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}, "baseTimeNanoseconds": BASE_NS,
+             "traceEvents": events}  # fmt: skip
+    path.write_bytes(orjson.dumps(trace))
+    tables = parse_trace_file(path)
+    context = TraceContext(tables)
+    summary, error = summary_from_json(dumps(rank_summary(tables, context.tree, context.steps)))
+    assert error is None
+    return {"worker": f"rank{rank}", "span": "1", "file": path.name, "summary": summary}
+
+
+def test_calls_are_matched_by_process_group_and_sequence_not_by_count(tmp_path: Path) -> None:
+    """Rank 1's window opens one DP all-reduce later than rank 0's (DP seq 5-7 against 4-6), and both ranks
+    make two TP all-reduces in between. Matched by count, rank 0's seq 4 would pair with rank 1's seq 5."""
+    zero = _rank_with_calls(tmp_path, 0, [(DP, 4, 100, 50, 1000), (TP, 10, 300, 20, 10), (DP, 5, 1000, 80, 2000),
+                                          (TP, 11, 1300, 30, 10), (DP, 6, 2000, 60, 3000)])  # fmt: skip
+    one = _rank_with_calls(tmp_path, 1, [(TP, 10, 310, 12, 10), (DP, 5, 1040, 40, 2000), (TP, 11, 1350, 25, 10),
+                                         (DP, 6, 2100, 70, 3000), (DP, 7, 3000, 90, 4000)])  # fmt: skip
+    view = build_distributed([zero, one])
+    by_key = {(c["process_group"], c["seq"]): c for c in view["collectives"]}
+    assert all(c["ordinal"] is None for c in view["collectives"])
+    # seq 5: rank 0 at 1000 µs for 80, rank 1 at 1040 µs for 40 -> transfer 40, rank 1 last, 40 µs lost
+    assert by_key[("0", 5)]["data_transfer_us"] == pytest.approx(40.0)
+    assert (by_key[("0", 5)]["last_rank"], by_key[("0", 5)]["lost_us"]) == (1, pytest.approx(40.0))
+    assert by_key[("0", 6)]["data_transfer_us"] == pytest.approx(60.0)
+    assert (by_key[("0", 6)]["last_rank"], by_key[("0", 6)]["lost_us"]) == (1, pytest.approx(100.0))
+    assert (by_key[("1", 11)]["last_rank"], by_key[("1", 11)]["lost_us"]) == (1, pytest.approx(50.0))
+    assert by_key[("1", 10)]["data_transfer_us"] == pytest.approx(12.0)
+    assert view["matching"]["complete"] == 4 and view["matching"]["single"] == 2
+    assert any("4 of 6 collectives were found on every rank" in w for w in view["warnings"])
+    assert not any("different sizes" in w for w in view["warnings"])  # a by-count match would pair 1000 with 2000
+    ranks = {r["rank"]: r for r in view["ranks"]}
+    # rank 0: transfer 50 (seq 4, alone) + 40 + 60 (DP) + 12 + 25 (TP); synchronizing 40 + 0 + 8 + 5
+    assert ranks[0]["data_transfer_us"] == pytest.approx(50 + 40 + 60 + 12 + 25)
+    assert ranks[0]["synchronizing_us"] == pytest.approx(40 + 0 + 8 + 5)
+    groups = {g["name"]: g for g in view["process_groups"]}
+    assert (groups["0"]["dimension"], groups["0"]["calls"], groups["0"]["collectives"]) == ("dp", 6, 4)
+    assert (groups["1"]["dimension"], groups["1"]["calls"], groups["1"]["collectives"]) == ("tp", 4, 2)
+    assert groups["1"]["total_us"] == pytest.approx(20 + 30 + 12 + 25)
+    assert groups["0"]["total_bytes"] == 4 * (1000 + 2000 + 3000 + 2000 + 3000 + 4000)
