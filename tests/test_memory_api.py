@@ -131,3 +131,24 @@ def test_memory_logs_beside_traces_and_standing_alone_over_http(tmp_path: Path) 
             operation = schema["paths"][path]["get"]
             assert operation["summary"] and operation["description"]
             assert all(p.get("description") for p in operation["parameters"]), path
+
+
+def test_a_snapshot_over_the_configured_limit_is_refused_alone(tmp_path: Path) -> None:
+    """--max-snapshot-bytes bounds the memory a decoded snapshot may take: a 3.7 MB pickle that decodes into far
+    more than 4 MiB of Python objects is refused with the limit and how to raise it; its run's trace still opens."""
+    run = tmp_path / "root" / "job"
+    run.mkdir(parents=True)
+    shutil.copy(corpus_file(TRACE), run / Path(TRACE).name)
+    shutil.copy(
+        corpus_file("memory-snapshots/notHanmin_assignment2-systems/memory_snapshot.pickle"), run / "big.pickle"
+    )
+    with running_server([tmp_path / "root"], tmp_path / "cache", "--max-snapshot-bytes", str(4 << 20)) as base:
+        (job,) = _ready(base)["runs"]
+        (snapshot,) = job["snapshots"]
+        assert snapshot["state"] == "error"
+        refused = httpx.get(f"{base}/api/memory/snapshot", params={"run": "job", "snapshot": "big"})
+        assert refused.status_code == 422
+        message = refused.json()["error"]
+        assert "more than 4,194,304 bytes" in message and "--max-snapshot-bytes" in message
+        assert httpx.get(f"{base}/api/memory", params={"run": "job"}).json()["peak_allocated_bytes"] == 4_802_648
+        assert httpx.get(f"{base}/api/overview", params={"run": "job"}).status_code == 200

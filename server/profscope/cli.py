@@ -78,12 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(env("RESCAN_SECONDS") or 10.0),
         help="how often the roots are listed again to find new or changed files (default 10)",
     )
-    serve.add_argument(
-        "--max-trace-bytes",
-        type=int,
-        default=_int_env("MAX_TRACE_BYTES", 64 << 30),
-        help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
-    )
+    _add_limit_arguments(serve)
     serve.add_argument(
         "--source-root",
         action="append",
@@ -161,10 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="parse only shard I of N (0 <= I < N); default: JOB_COMPLETION_INDEX/PROFSCOPE_SHARD_COUNT inside a "
         "Kubernetes Indexed Job, else everything",
     )
-    indexer.add_argument(
-        "--max-trace-bytes", type=int, default=_int_env("MAX_TRACE_BYTES", 64 << 30),
-        help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
-    )  # fmt: skip
+    _add_limit_arguments(indexer)
     _add_storage_arguments(indexer)
 
     ingest = commands.add_parser(
@@ -175,6 +167,22 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--cache-dir", type=Path, default=None, help="write the cache here (default: a temp dir)")
     return parser
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-trace-bytes",
+        type=int,
+        default=_int_env("MAX_TRACE_BYTES", 64 << 30),
+        help="refuse traces whose decompressed size exceeds this many bytes (default 64 GiB)",
+    )
+    parser.add_argument(
+        "--max-snapshot-bytes",
+        type=int,
+        default=_int_env("MAX_SNAPSHOT_BYTES", 8 << 30),
+        help="refuse allocator snapshots (pickles) whose decoded data would take more than this many bytes of "
+        "memory (default 8 GiB)",
+    )
 
 
 def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -267,6 +275,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         workers=max(1, args.workers),
         rescan_seconds=args.rescan_seconds,
         max_trace_bytes=args.max_trace_bytes,
+        max_snapshot_bytes=args.max_snapshot_bytes,
         source_roots=source_roots,
         source_link_template=args.source_link,
         source_path_map=path_map,  # type: ignore[arg-type]
@@ -324,8 +333,8 @@ def index(args: argparse.Namespace) -> int:
         print(f"profscope index: {exc}", file=sys.stderr)
         return 2
     report = index_root(
-        args.root, local_cache, shard=shard, max_trace_bytes=args.max_trace_bytes, storage=_storage_options(args),
-        shared_cache=shared_cache,
+        args.root, local_cache, shard=shard, max_trace_bytes=args.max_trace_bytes,
+        max_snapshot_bytes=args.max_snapshot_bytes, storage=_storage_options(args), shared_cache=shared_cache,
     )  # fmt: skip
     print(json.dumps(report.to_json()), flush=True)
     for failure in report.failures:

@@ -25,7 +25,7 @@ class Settings:
     workers: int = max(1, min(4, (os.cpu_count() or 2)))
     rescan_seconds: float = 10.0
     max_trace_bytes: int = 64 << 30
-    max_snapshot_bytes: int = field(default_factory=lambda: _int_from_env("MAX_SNAPSHOT_BYTES", 8 << 30))
+    max_snapshot_bytes: int = 8 << 30
     source_roots: list[Path] = field(default_factory=list)  # where jump-to-source may read files
     source_link_template: str = ""  # e.g. vscode://file/{path}:{line} or https://host/blob/{rev}/{relpath}#L{line}
     source_path_map: list[tuple[str, str]] = field(default_factory=list)  # (trace prefix, repo prefix)
@@ -44,11 +44,6 @@ class Settings:
     @property
     def traces_cache(self) -> Path:
         return Path(self.cache_dir) / "traces"
-
-
-def _int_from_env(name: str, default: int) -> int:
-    """An integer setting from PROFSCOPE_<name> (e.g. MAX_SNAPSHOT_BYTES: memory a decoded snapshot may take)."""
-    return int(os.environ.get(f"PROFSCOPE_{name}") or default)
 
 
 def env(name: str, default: str | None = None) -> str | None:

@@ -83,6 +83,7 @@ def index_root(
     max_trace_bytes: int = 64 << 30,
     storage: StorageOptions | None = None,
     shared_cache: str | None = None,
+    max_snapshot_bytes: int = 8 << 30,
 ) -> IndexReport:
     """Parse every trace of ``root`` in ``shard`` that the cache does not hold yet; failures are reported.
 
@@ -91,13 +92,13 @@ def index_root(
     started = time.perf_counter()
     if shared_cache is None:
         assert cache_dir is not None
-        report = _index(root, cache_dir, None, shard, max_trace_bytes, storage)
+        report = _index(root, cache_dir, None, shard, (max_trace_bytes, max_snapshot_bytes), storage)
     else:
         if cache_dir is not None:
             cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="profscope-index-", dir=cache_dir) as scratch:
             shared = SharedCache(shared_cache, storage, writer="profscope index")
-            report = _index(root, Path(scratch), shared, shard, max_trace_bytes, storage)
+            report = _index(root, Path(scratch), shared, shard, (max_trace_bytes, max_snapshot_bytes), storage)
     report.wall_s = time.perf_counter() - started
     return report
 
@@ -107,7 +108,7 @@ def _index(
     cache_dir: Path,
     shared: SharedCache | None,
     shard: tuple[int, int],
-    max_trace_bytes: int,
+    limits: tuple[int, int],
     storage: StorageOptions | None,
 ) -> IndexReport:
     report = IndexReport(root=redact(root), shard=shard, cache=shared.uri if shared else str(cache_dir))
@@ -131,7 +132,7 @@ def _index(
                 report.already_cached += 1
                 continue
             cache.forget(trace.cache_key)  # a failure remembered by an earlier run is tried again
-            error = _ingest(source, trace, cache, max_trace_bytes)
+            error = _ingest(source, trace, cache, limits)
             if shared is not None:
                 try:
                     shared.publish(trace.cache_key, cache, trace, replace=True)
@@ -150,7 +151,9 @@ def _index(
     return report
 
 
-def _ingest(source: Source, trace: TraceFile, cache: TraceCache, max_trace_bytes: int) -> str | None:
+def _ingest(source: Source, trace: TraceFile, cache: TraceCache, limits: tuple[int, int]) -> str | None:
+    """Parse one trace or snapshot into ``cache``; ``limits``: (max trace bytes, max snapshot bytes)."""
+    max_trace_bytes, max_snapshot_bytes = limits
     request = IngestRequest(
         source=source,
         key=trace.key,
@@ -158,6 +161,7 @@ def _ingest(source: Source, trace: TraceFile, cache: TraceCache, max_trace_bytes
         cache_key=trace.cache_key,
         cache_root=str(cache.root),
         max_trace_bytes=max_trace_bytes,
+        max_snapshot_bytes=max_snapshot_bytes,
     )
     try:
         result = run_ingest(request)

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 READ_CHUNK = 1 << 20
+LIMIT_SETTING = "--max-snapshot-bytes / PROFSCOPE_MAX_SNAPSHOT_BYTES"  # named in refusals: how to raise the limit
 
 
 class PickleRefused(Exception):
@@ -74,7 +75,7 @@ class _BudgetedReader(io.RawIOBase):
     def refuse_size(self, wanted: int) -> None:
         raise PickleRefused(
             f"refused: the pickle declares a {wanted:,}-byte object, more than the limit of "
-            f"{self.max_decoded_bytes:,} bytes (PROFSCOPE_MAX_SNAPSHOT_BYTES)"
+            f"{self.max_decoded_bytes:,} bytes ({LIMIT_SETTING})"
         )
 
     def _check(self, wanted: int) -> None:
@@ -85,7 +86,7 @@ class _BudgetedReader(io.RawIOBase):
         if growth > self.max_decoded_bytes:
             raise PickleRefused(
                 f"refused: decoding this pickle took more than {self.max_decoded_bytes:,} bytes of memory after "
-                f"{self.bytes_read:,} bytes of input (PROFSCOPE_MAX_SNAPSHOT_BYTES)"
+                f"{self.bytes_read:,} bytes of input ({LIMIT_SETTING})"
             )
 
     def readinto(self, buffer: Any) -> int:

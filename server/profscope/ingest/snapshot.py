@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from profscope.ingest.safe_pickle import PickleRefused, load_plain_data, resident_bytes
+from profscope.ingest.safe_pickle import LIMIT_SETTING, PickleRefused, load_plain_data, resident_bytes
 from profscope.snapshot_tables import ACTION, BLOCK_STATE, SEGMENT_TYPES, UNKNOWN_ACTION, SnapshotTables
 from profscope.tables import NO_ID, StringTable
 
@@ -259,8 +259,7 @@ def parse_snapshot(
     def budget() -> None:
         if resident_bytes() - baseline > max_decoded_bytes:
             raise PickleRefused(
-                f"refused: the decoded snapshot would take more than {max_decoded_bytes:,} bytes "
-                "(PROFSCOPE_MAX_SNAPSHOT_BYTES)"
+                f"refused: the decoded snapshot would take more than {max_decoded_bytes:,} bytes ({LIMIT_SETTING})"
             )
 
     entries = _EntryColumns(stacks, budget)
