@@ -142,6 +142,7 @@ def test_oom_moment_shows_request_free_memory_and_what_was_live() -> None:
     assert oom["largest_live"][0]["size"] == 1000 and oom["largest_live"][0]["alloc_at_us"] == 0
     assert oom["largest_cached_block_at_snapshot"] == 3072 and oom["entries_after"] == 0
     assert oom["top_frames"] == ["train.py:7 forward"]
+    assert oom["time_us"] == 13 and oom["at_us"] == 3  # on the timeline's axis: since the first entry (10 µs)
 
 
 @pytest.mark.parametrize("relative", SNAPSHOTS)

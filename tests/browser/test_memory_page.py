@@ -19,14 +19,20 @@ LOG_RUN = "internlm/memory_trace"  # the profiler's own example (see tests/test_
 PIPELINE_RUN = "internlm/RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
 
 
-@pytest.fixture(scope="module")
-def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    work = tmp_path_factory.mktemp("memory-server")
+def _stand_in_sources(work: Path) -> Path:
+    """A source root holding a stand-in for the script the snapshot's stacks point at."""
     sources = work / "sources"
     (sources / "cs336_systems").mkdir(parents=True)
     (sources / SCRIPT).write_text(
         "".join(f"# line {n} of a stand-in for the benchmark script\n" for n in range(1, 300))
     )
+    return sources
+
+
+@pytest.fixture(scope="module")
+def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    work = tmp_path_factory.mktemp("memory-server")
+    sources = _stand_in_sources(work)
     roots = [corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}"), corpus_path("generated/tinygpt_cpu"), INTERNLM]
     started = start_server(roots, work / "cache", work / "server.log", "--source-root", str(sources))
     try:
@@ -225,3 +231,59 @@ def test_old_trace_without_totals_says_why_no_curve_is_drawn(page, server: Serve
     assert body["device"] == "GPU0" and body["curve"] == [] and body["peak_allocated_bytes"] is None
     assert "before PyTorch 1.10" in body["curve_reason"]
     screenshot(page, "memory-profiler-no-totals")
+
+
+def test_every_drawn_segment_has_its_row_inside_the_panel(page, memory_server: Server) -> None:
+    """The allocator-state chart grows with its segments: each one labelled, none squeezed out or drawn
+    past the bottom of its panel."""
+    page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
+    chart = page.get_by_test_id("segments-chart")
+    wait_for_plot(page, '[data-testid="segments-chart"]', "g.trace.bars")
+    _, state = get_json(
+        f"{memory_server.url}/api/memory/snapshot/segments?run={SNAPSHOT_RUN}&snapshot=memory_snapshot&device=0"
+    )
+    drawn = min(80, len(state["segments"]))
+    assert drawn > 20
+    assert chart.locator("g.ytick").count() == drawn
+    panel = page.locator("section.panel", has=chart).bounding_box()
+    box = chart.bounding_box()
+    assert box["height"] >= 22 * drawn and box["y"] + box["height"] <= panel["y"] + panel["height"]
+    screenshot(page, "memory-snapshot-segments")
+
+
+def test_oom_moment_with_its_request_and_stack_linked_to_source(page, tmp_path: Path) -> None:
+    """A real snapshot with an ``oom`` entry appended (as the allocator records one: the request's size, what the
+    driver had free, the frames of the failing call): the page shows the moment on the timeline's axis, and its
+    frames link to the source viewer."""
+    import pickle
+
+    with open(corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}/memory_snapshot.pickle"), "rb") as f:
+        snapshot = pickle.load(f)  # the corpus is trusted: the plain unpickler writes the test's own pickle
+    trace = snapshot["device_traces"][0]
+    failing = next(e for e in reversed(trace) if any(SCRIPT in frame["filename"] for frame in e["frames"]))
+    trace.append({"action": "oom", "addr": 0, "size": 6 << 30, "stream": 0, "device_free": 123 << 20,
+                  "time_us": trace[-1]["time_us"] + 10, "frames": failing["frames"]})  # fmt: skip
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "oom_rank-0_host_1.pickle").write_bytes(pickle.dumps(snapshot, protocol=4))
+    source_root = str(_stand_in_sources(tmp_path))
+    server = start_server([tmp_path / "job"], tmp_path / "cache", tmp_path / "server.log", "--source-root", source_root)
+    try:
+        server.wait_parsed()
+        page.goto(f"{server.url}/memory?run=job")
+        moment = page.get_by_test_id("oom-moment")
+        moment.wait_for()
+        _, body = get_json(f"{server.url}/api/memory/snapshot/oom?run=job&device=0")
+        (oom,) = body["ooms"]
+        assert oom["requested_bytes"] == 6 << 30 and oom["device_free_bytes"] == 123 << 20
+        assert oom["at_us"] == trace[-1]["time_us"] - min(e["time_us"] for e in trace)
+        text = moment.inner_text()
+        assert f"at {oom['at_us']:,} \u00b5s on the timeline" in text
+        assert "6.0 GB" in text and "123 MB" in text
+        screenshot(page, "memory-snapshot-oom")
+        link = moment.get_by_test_id("oom-frames").locator("a.frame-link", has_text="benchmarking_script.py").first
+        target_line = int(link.inner_text().rsplit(":", 1)[1])
+        link.click()
+        page.wait_for_url("**/source?**")
+        assert page.locator("tr.target").get_attribute("data-line") == str(target_line)
+    finally:
+        server.stop()

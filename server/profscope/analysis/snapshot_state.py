@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis.snapshot_allocations import device_memory
-from profscope.analysis.snapshot_stacks import allocation_row, top_frames
+from profscope.analysis.snapshot_stacks import allocation_row, device_origin_us, top_frames
 from profscope.snapshot_tables import ACTION, BLOCK_STATE, BLOCK_STATES, SEGMENT_TYPES, SnapshotTables
 
 MAX_SEGMENTS = 2000
@@ -96,6 +96,7 @@ def oom_moments(tables: SnapshotTables, device: int) -> dict[str, Any]:
     end = np.asarray(allocations["end"])[memory.allocation_rows]
     sizes = np.asarray(allocations["size"])[memory.allocation_rows]
     state = segment_state(tables, device)
+    origin = device_origin_us(tables, device)
     moments = []
     for row in ooms.tolist():
         live = (start <= row) & ((end > row) | (end < 0))
@@ -108,6 +109,7 @@ def oom_moments(tables: SnapshotTables, device: int) -> dict[str, Any]:
             {
                 "entry": row,
                 "time_us": time_us if time_us >= 0 else None,
+                "at_us": time_us - origin if time_us >= 0 and origin is not None else None,  # on the timeline's axis
                 "requested_bytes": int(entries["size"][row]),
                 "device_free_bytes": int(entries["device_free"][row]) if entries["device_free"][row] >= 0 else None,
                 "allocated_bytes": int(memory.allocated[row - memory.rows[0]]),

@@ -268,7 +268,16 @@ def snapshot_stacks(
 def snapshot_oom(
     request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
-    return _snapshot_view(request, snapshot, lambda tables, summary: oom_moments(tables, _device(summary, device)))
+    """Each OOM's frames (Python frames when there are any, innermost first) carry jump-to-source links."""
+    settings = get_state(request).settings
+
+    def shape(tables: SnapshotTables, summary: dict) -> dict:
+        moments = oom_moments(tables, _device(summary, device))
+        for oom in moments["ooms"]:
+            oom["frames"] = [_linked(settings, f) for f in stack_frames(tables, oom["stack"], python_only=True)]
+        return moments
+
+    return _snapshot_view(request, snapshot, shape)
 
 
 @router.get("/snapshot/allocation", responses=_STATUS_DOC, summary="One allocation with its whole call stack")

@@ -625,7 +625,7 @@ class SnapshotMemory {
       this.oomEl,
       ...data.ooms.map((oom) =>
         el("section", { class: "panel oom", "data-testid": "oom-moment" },
-          el("h2", {}, "Out of memory", el("span", { class: "sub", text: oom.time_us ? `at ${oom.time_us} \u00b5s` : `at trace entry ${oom.entry}` })),
+          el("h2", {}, "Out of memory", el("span", { class: "sub", text: oom.at_us !== null ? `at ${fmtUs(oom.at_us)} \u00b5s on the timeline` : `at trace entry ${fmtInt(oom.entry)}` })),
           el("div", { class: "mem-stats" },
             stat("Requested", fmtBytes(oom.requested_bytes)),
             stat("Free on the device (driver)", fmtBytes(oom.device_free_bytes)),
@@ -634,7 +634,7 @@ class SnapshotMemory {
             stat("Largest cached block", fmtBytes(oom.largest_cached_block_at_snapshot), "free block inside reserved segments, at snapshot time"),
             stat("Live allocations", fmtInt(oom.live_count))),
           oom.entries_after ? el("p", { class: "muted", text: `The trace goes on for ${fmtInt(oom.entries_after)} allocations/frees after this OOM, so the cached blocks shown are those at snapshot time.` }) : null,
-          el("pre", { class: "frames", text: oom.top_frames.join("\n") || "no stack recorded" }),
+          frameList(oom.frames, "oom-frames", "No stack was recorded for this request."),
           el("div", { class: "mem-table" }, ...oom.largest_live.map((a) => el("div", { class: "oom-live" }, `${fmtBytes(a.size)} ${a.addr} `, el("span", { class: "muted", text: a.top_frames[0] || "" })))),
         ),
       ),
@@ -843,11 +843,11 @@ function bandBottomAt(band, x) {
   return band.y[lo];
 }
 
-function frameList(frames) {
-  if (!frames.length) return el("p", { class: "muted", text: "No stack was recorded for this allocation." });
+function frameList(frames, testid = "allocation-frames", emptyText = "No stack was recorded for this allocation.") {
+  if (!frames.length) return el("p", { class: "muted", text: emptyText });
   return el(
     "ol",
-    { class: "frames", "data-testid": "allocation-frames" },
+    { class: "frames", "data-testid": testid },
     frames.map((f) =>
       el("li", {},
         el("span", { class: "func", text: f.name }), " ",
@@ -881,10 +881,12 @@ function drawSegments(chart, state) {
     x: g.x, base: g.base, y: g.y, text: g.text, textposition: "none", marker: { color: STATE_COLORS[name], line: { color: "#fff", width: 0.5 } },
     hovertemplate: "%{text}<extra></extra>",
   }));
+  const height = Math.max(200, 22 * shown.length + 60);
+  chart.style.height = `${height}px`; // one row per segment: the box grows with them (the CSS default is 340 px)
   const layout = {
-    font: FONT, barmode: "overlay", height: Math.max(200, 22 * shown.length + 60), margin: { l: 200, r: 12, t: 8, b: 36 },
+    font: FONT, barmode: "overlay", height, margin: { l: 200, r: 12, t: 28, b: 36 },
     xaxis: { title: { text: "MiB from the segment's start" } }, yaxis: { autorange: "reversed", type: "category" },
-    legend: { orientation: "h", y: 1.02 }, paper_bgcolor: "rgba(0,0,0,0)",
+    legend: { orientation: "h", y: 1, yanchor: "bottom" }, paper_bgcolor: "rgba(0,0,0,0)",
   };
   plotly().react(chart, traces, layout, { ...PLOT_CONFIG, displayModeBar: false });
   if (state.segments_shown < state.segment_count || state.segments.length > shown.length) {
