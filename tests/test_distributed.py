@@ -279,6 +279,54 @@ def test_hta_temporal_breakdown_by_hand() -> None:
     assert row["hta"]["temporal"]["idle_us"] == pytest.approx(window - busy, abs=0.05)
 
 
+def test_hta_idle_time_breakdown_by_hand() -> None:
+    """Per stream, the gap before each device activity (after the end of everything before it on its stream) is
+    host wait when its launch (the runtime call with its correlation) started after that end, else kernel wait
+    under 30 µs, else other (HTA's ``get_idle_time_breakdown``, ``consecutive_kernel_delay`` = 30 µs)."""
+    relative = "hta/nccl_parser_config/nccl_data.json.gz"
+    events = raw(relative)["traceEvents"]
+    first = min(e["ts"] for e in events if "ts" in e)
+
+    def ns(ts: float) -> int:
+        return round((ts - first) * 1000)
+
+    launches = {e["args"]["correlation"]: ns(e["ts"]) for e in events if e.get("cat") == "cuda_runtime"}
+    streams: dict[tuple, list[tuple[int, int, int | None]]] = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            start = ns(e["ts"])
+            key = (e["args"]["device"], e["args"]["stream"])
+            streams.setdefault(key, []).append(
+                (start, start + round(e["dur"] * 1000), launches.get(e["args"]["correlation"]))
+            )
+    expected = {}
+    for key, activities in streams.items():
+        waits = {"host_wait_us": 0, "kernel_wait_us": 0, "other_us": 0}
+        activities.sort()
+        busy_until = activities[0][1]
+        for start, end, launch in activities[1:]:
+            gap = max(0, start - busy_until)
+            if launch is not None and launch > busy_until:
+                waits["host_wait_us"] += gap
+            elif gap < 30_000:
+                waits["kernel_wait_us"] += gap
+            else:
+                waits["other_us"] += gap
+            busy_until = max(busy_until, end)
+        expected[key] = {k: v / 1000 for k, v in waits.items()}
+    (row,) = build_distributed([item(relative, "rank0")])["ranks"]
+    idle = row["hta"]["idle"]
+    mine = {
+        (s["device"], s["stream"]): {k: s[k] for k in ("host_wait_us", "kernel_wait_us", "other_us")}
+        for s in idle["streams"]
+    }
+    assert mine.keys() == expected.keys() and len(mine) == 2
+    for key, waits in expected.items():
+        assert mine[key] == pytest.approx(waits, abs=0.01), key
+    assert idle["host_wait_us"] == pytest.approx(sum(w["host_wait_us"] for w in expected.values()), abs=0.01)
+    assert idle["kernel_wait_us"] > 0 and idle["host_wait_us"] > 0
+
+
 def test_b200_custom_all_reduce_kernels_are_communication() -> None:
     view = build_distributed([item("traces/AMD-AGI_TraceLens/tests/traces/b200/eager_trace.json.gz", "rank0")])
     stats = {s["name"]: s for s in view["op_stats"]}
