@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -251,6 +252,22 @@ def test_single_nccl_rank_with_collective_args() -> None:
     assert 0.0 <= hta["comm_comp_overlap_ratio"] <= 1.0
     assert hta["kernel_types"]["COMM"]["count"] == len(kernels)
     assert hta["kernel_types"]["COMM"]["time_us"] == pytest.approx(sum(k["dur"] for k in kernels), abs=0.01)
+
+
+def test_collectives_that_launched_no_kernel_are_explained() -> None:
+    """A world-size-1 NCCL job: its nccl:* ops ran no kernel, so the GPU rank has no call to time; the view says
+    why instead of showing 0 calls unexplained. A rank whose ops did launch kernels gets no such note."""
+    relative = "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    trace = raw(relative)
+    assert trace["distributedInfo"]["world_size"] == 1
+    ops = Counter(e["name"] for e in trace["traceEvents"] if str(e.get("name", "")).startswith("nccl:"))
+    (row,) = build_distributed([item(relative, "rank0")])["ranks"]
+    assert row["mode"] == "device" and row["calls"] == 0
+    (note,) = row["warnings"]
+    assert note.startswith(f"{sum(ops.values())} collective op(s) (")
+    assert all(f"{name} \u00d7{count}" in note for name, count in ops.items()), (ops, note)
+    (other,) = build_distributed([item("hta/nccl_parser_config/nccl_data.json.gz", "rank0")])["ranks"]
+    assert other["calls"] > 0 and other["warnings"] == []
 
 
 def test_hta_temporal_breakdown_by_hand() -> None:

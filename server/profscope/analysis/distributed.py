@@ -269,7 +269,7 @@ def _collective_calls(
         position = np.minimum(np.searchsorted(kernel_event, rows), len(kernel_event) - 1)
         found = kernel_event[position] == rows
         stream_of[found] = np.asarray(kernels["stream"])[position[found]]
-    warnings = []
+    warnings = _kernelless_collectives(tables, host & backend_name[name], comm_device) if has_kernels else []
     unlinked = sum(1 for r in records if r["linked"] is False)
     if unlinked:
         warnings.append(
@@ -291,6 +291,23 @@ def _collective_calls(
         "on_device": on_device,
         "warnings": warnings,
     }
+
+
+def _kernelless_collectives(tables: TraceTables, backend_ops: np.ndarray, comm_device: np.ndarray) -> list[str]:
+    """On a GPU rank the calls are its communication kernels: say so when its ``nccl:*`` ops launched none
+    (a one-rank group needs no transfer, or the kernels were not captured), rather than show 0 calls unexplained."""
+    if comm_device.any() or not backend_ops.any():
+        return []
+    names = np.asarray(tables.events["name"])[backend_ops]
+    unique, counts = np.unique(names, return_counts=True)
+    listed = ", ".join(
+        f"{tables.strings[int(n)]} \u00d7{c}" for n, c in zip(unique.tolist(), counts.tolist(), strict=True)
+    )
+    return [
+        f"{int(backend_ops.sum())} collective op(s) ({listed}) launched no communication kernel on this GPU rank "
+        "(a one-rank process group transfers nothing; otherwise the kernels were not captured): no collective "
+        "call to time or match."
+    ]
 
 
 class _CallResolver:
