@@ -287,3 +287,22 @@ def test_oom_moment_with_its_request_and_stack_linked_to_source(page, tmp_path: 
         assert page.locator("tr.target").get_attribute("data-line") == str(target_line)
     finally:
         server.stop()
+
+
+def test_call_stack_sunburst_names_each_sector_by_its_function(page, memory_server: Server) -> None:
+    """Sectors show the function alone (``file.py:line`` made every label too long to read); the whole frame
+    is in the hover. The largest stack's outermost frame is written in the chart."""
+    page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
+    wait_for_plot(page, "#stack-sunburst", "g.slice path.surface")
+    _, tree = get_json(
+        f"{memory_server.url}/api/memory/snapshot/stacks?run={SNAPSHOT_RUN}&snapshot=memory_snapshot&device=0"
+    )
+    outer = [i for i, parent in enumerate(tree["parents"]) if parent == "all" and tree["ids"][i].endswith(")")]
+    largest = max(outer, key=lambda i: tree["values"][i])
+    function = tree["labels"][largest].split(" (")[0]
+    texts = page.locator("#stack-sunburst g.slicetext").evaluate_all("(texts) => texts.map((t) => t.textContent)")
+    assert function in texts and "all live memory" in texts
+    assert not any(".py:" in text for text in texts)
+    hover_labels = page.evaluate("() => document.getElementById('stack-sunburst').data[0].labels")
+    where = tree["labels"][largest].split(" (", 1)[1]  # "file.py:line)": the hover keeps the whole frame
+    assert any(label.endswith(f" ({where}") for label in hover_labels)

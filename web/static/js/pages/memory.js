@@ -577,6 +577,8 @@ class SnapshotMemory {
       : "";
     const trace = {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
+      // sectors show the function alone ("forward (model.py:40)" is too long to stay legible); hover has it all
+      text: tree.labels.map((l) => plotText(l.split(" (")[0])), texttemplate: "%{text}",
       branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
       hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
     };
