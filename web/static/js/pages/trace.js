@@ -128,6 +128,9 @@ class TracePage {
       get selected() {
         return page.state.selected ? { ...page.state.selected } : null;
       },
+      tracks: (index) => page.sections[index]?.info?.tracks.map((t) => ({ id: t.id, name: t.name, kind: t.kind })) || [],
+      drawnSlices: (index, trackId) => page.view.drawnSlices(index, trackId),
+      rowTop: (index, trackId) => page.view.rowTop(index, trackId),
     };
   }
 
@@ -203,11 +206,13 @@ class TracePage {
       el("option", { value: "", text: "add a worker\u2026", selected: true, disabled: true }),
       others.map((w) => el("option", { value: w, text: w })));
     add.addEventListener("change", () => this.setWorkers([...this.state.workers, add.value]));
+    const several = this.sections.length > 1;
+    if (!several && !others.length) return null;
     return el(
       "div",
       { class: "controls tl-ranks", "data-testid": "ranks" },
-      this.sections.map((section) => this.rankControl(section)),
-      this.sections.length > 1 ? el("label", {}, "Align by", align) : null,
+      several ? this.sections.map((section) => this.rankControl(section)) : null,
+      several ? el("label", {}, "Align by", align) : null,
       add,
     );
   }

@@ -62,6 +62,11 @@ export function draw(ctx, scene) {
     if (y + row.h < RULER_PX || y > height) continue;
     drawRow(ctx, scene, row, y, stats);
   }
+  ctx.restore();
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(scene.gutter, RULER_PX, width - scene.gutter, height - RULER_PX);
+  ctx.clip();
   drawGridLines(ctx, scene);
   drawRange(ctx, scene);
   drawFlows(ctx, scene, top, stats);

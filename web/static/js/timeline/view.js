@@ -6,7 +6,7 @@ import { debounce } from "../dom.js";
 import { hitTest } from "./hittest.js";
 import { bindInteractions } from "./interaction.js";
 import { RULER_PX, laneMiddle, layoutRows, visibleTrackIds } from "./layout.js";
-import { draw } from "./renderer.js";
+import { draw, timeScale } from "./renderer.js";
 import { clampView, fmtTime, revealView } from "./viewport.js";
 import { WindowLoader } from "./windows.js";
 
@@ -191,6 +191,34 @@ export class TimelineView {
   clearFlows() {
     this.flows = [];
     this.redraw();
+  }
+
+  /** The slices of a track drawn as themselves, with their boxes in canvas CSS px (for tests and tools). */
+  drawnSlices(sectionIndex, trackId) {
+    const section = this.sections[sectionIndex];
+    const row = this.layout.trackRows.get(`${sectionIndex}/${trackId}`);
+    const answer = section?.answer?.get(trackId);
+    if (!row || !answer?.slices) return [];
+    const scale = timeScale(this.scene());
+    const top = RULER_PX - this.scrollY;
+    return answer.slices
+      .map((s) => ({
+        id: s.id,
+        name: s.name,
+        kind: s.kind,
+        depth: s.depth,
+        dur_us: s.dur_us,
+        x: scale.x(s.start_us + section.shift),
+        w: s.dur_us * scale.pxPerUs,
+        y: top + laneMiddle(row, s.depth),
+      }))
+      .filter((b) => b.x + b.w > GUTTER_PX && b.x < this.width && b.y > RULER_PX && b.y < this.height);
+  }
+
+  /** The top of a track's row in canvas CSS px at the current scroll, or null when it is not laid out. */
+  rowTop(sectionIndex, trackId) {
+    const row = this.layout.trackRows.get(`${sectionIndex}/${trackId}`);
+    return row ? RULER_PX - this.scrollY + row.y : null;
   }
 
   // ---- input (called by interaction.js) ----------------------------------------------------

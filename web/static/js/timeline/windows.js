@@ -45,8 +45,8 @@ export class WindowLoader {
       const trackIds = trackIdsOf(section).join(",");
       const wanted = localWindow(section, view, widthPx);
       if (!wanted || !trackIds) {
-        this.abort(section);
-        section.answer = null;
+        this.abort(section); // nothing of this rank is visible: an empty answer, nothing to ask
+        section.answer = new Map();
         section.rawAnswer = null;
         continue;
       }
