@@ -49,7 +49,7 @@ def wait_text(page, testid: str, text: str) -> None:
 
 
 def wait_selected(page, slice_id: int) -> None:
-    wait_selected(page, slice_id)
+    page.wait_for_function(f"(id) => {HOOK}.selected && {HOOK}.selected.id === id", arg=slice_id)
 
 
 def canvas_box(page) -> dict:
