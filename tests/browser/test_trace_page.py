@@ -5,6 +5,7 @@ matches, a range gets its summary, a copied URL reopens the same view, and sever
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 import pytest
@@ -299,3 +300,36 @@ def test_distributed_slowest_rank_lands_beside_the_others(page, server) -> None:
             found += [s for s in drawn(page, section, track["id"]) if s["name"].startswith("ncclKernel")]
         assert any(s["dur_us"] == pytest.approx(arrival["duration_us"]) for s in found), worker
     screenshot(page, "trace-from-distributed-kernels")
+
+
+# Stands in for ui.perfetto.dev (unreachable here): answers PING with PONG as Perfetto does and keeps
+# what it is sent, so the test can check the posted trace. The page's own CSP is untouched by this.
+FAKE_PERFETTO = """<!doctype html><title>fake Perfetto</title><script>
+window.received = null;
+window.addEventListener("message", (event) => {
+  if (event.data === "PING") { event.source.postMessage("PONG", event.origin); return; }
+  const p = event.data && event.data.perfetto;
+  if (p) window.received = {title: p.title, fileName: p.fileName, text: new TextDecoder().decode(p.buffer)};
+});
+</script>"""
+
+
+def test_open_in_perfetto_posts_the_visible_window(page, server) -> None:
+    page.context.route(
+        "https://ui.perfetto.dev/**",
+        lambda route: route.fulfill(status=200, content_type="text/html", body=FAKE_PERFETTO),
+    )
+    page.goto(f"{server.url}/trace?{RESNET}&start_us=80000&end_us=90000")
+    wait_drawn(page)
+    with page.context.expect_page() as opened:
+        page.get_by_test_id("open-perfetto").click()
+    perfetto = opened.value
+    wait_text(page, "perfetto-note", "Sent to ui.perfetto.dev.")
+    received = perfetto.evaluate("() => window.received")
+    assert received["title"] == "resnet50_num_workers_0 \u00b7 worker0"
+    trace = json.loads(received["text"])
+    assert trace["profscope"]["window_us"] == [80000.0, 90000.0]
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert slices and trace["profscope"]["slices"] == len(slices)
+    href = page.get_by_test_id("download-window").get_attribute("href")
+    assert query_of(href)["start_us"] == "80000.000" and query_of(href)["end_us"] == "90000.000"

@@ -62,6 +62,8 @@ export function draw(ctx, scene) {
     if (y + row.h < RULER_PX || y > height) continue;
     drawRow(ctx, scene, row, y, stats);
   }
+  const current = scene.layout.rows.findLast((row) => row.type === "section" && row.y < scene.scrollY);
+  if (current) drawRow(ctx, scene, current, RULER_PX, stats); // keep the rank in sight while scrolled
   ctx.restore();
   ctx.save();
   ctx.beginPath();
