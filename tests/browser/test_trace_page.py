@@ -5,12 +5,14 @@ matches, a range gets its summary, a copied URL reopens the same view, and sever
 
 from __future__ import annotations
 
+import gzip
 import json
+from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
 
-from .support import BARS, get_json, query_of, screenshot, wait_for_plot
+from .support import BARS, Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
 
 pytestmark = pytest.mark.browser
 
@@ -333,3 +335,39 @@ def test_open_in_perfetto_posts_the_visible_window(page, server) -> None:
     assert slices and trace["profscope"]["slices"] == len(slices)
     href = page.get_by_test_id("download-window").get_attribute("href")
     assert query_of(href)["start_us"] == "80000.000" and query_of(href)["end_us"] == "90000.000"
+
+
+HOSTILE = '<img src=x onerror="window.pwned=1">&<script>window.pwned=2</script>'
+
+
+@pytest.fixture(scope="module")
+def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The tinygpt_cpu trace with its user annotations renamed to markup, in a worker named like markup."""
+    work = tmp_path_factory.mktemp("hostile")
+    source = sorted(corpus_path("generated/tinygpt_cpu").glob("*.pt.trace.json.gz"))[0]
+    trace = json.loads(gzip.decompress(source.read_bytes()))
+    for event in trace["traceEvents"]:
+        if event.get("name") == "train_step_user_annotation":
+            event["name"] = HOSTILE
+    (work / "run").mkdir()
+    target = work / "run" / "<img src=y onerror=window.pwned=3>.1.pt.trace.json.gz"
+    target.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    server = start_server([work / "run"], work / "cache", work / "server.log")
+    try:
+        server.wait_parsed()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_hostile_names_stay_text(page, hostile_server: Server) -> None:
+    _, runs = get_json(f"{hostile_server.url}/api/runs")
+    worker = runs["runs"][0]["workers"][0]["worker"]
+    page.goto(f"{hostile_server.url}/trace?run=run&worker={quote(worker)}")
+    wait_drawn(page)
+    page.locator("#trace-search").fill("onerror")
+    wait_text(page, "slice-name", HOSTILE)
+    page.get_by_test_id("search-count").wait_for()
+    assert page.locator("[data-testid=details] img, [data-testid=details] script").count() == 0
+    assert page.evaluate("() => window.pwned") is None
+    screenshot(page, "trace-hostile")

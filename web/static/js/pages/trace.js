@@ -119,8 +119,11 @@ class TracePage {
       get stats() {
         return { ...page.view.stats, draws: page.view.draws, requests: page.view.loader.requests };
       },
+      get timing() {
+        return { firstDrawnMs: page.view.firstDrawnMs, drawMs: [...page.view.drawMs] };
+      },
       get idle() {
-        return page.sections.every((s) => !s.pendingKey);
+        return !page.view.fetchScheduled && page.sections.every((s) => !s.pendingKey);
       },
       get sections() {
         return page.sections.map((s) => ({ worker: s.worker, span: s.span, shift: s.shift, answered: Boolean(s.answer) }));

@@ -13,6 +13,7 @@ import { WindowLoader } from "./windows.js";
 const GUTTER_PX = 230;
 const FETCH_DEBOUNCE_MS = 60;
 const MIN_HEIGHT_PX = 160;
+const DRAW_HISTORY = 600;
 const FLOW_RELATIONS = { "launched by": "in", launches: "out", kernels: "out", forward: "in", backward: "out" };
 
 export class TimelineView {
@@ -30,12 +31,19 @@ export class TimelineView {
     this.flows = [];
     this.stats = { slices: 0, merged: 0, points: 0, labels: 0, flows: 0 };
     this.draws = 0;
+    this.drawMs = []; // the last frames' drawing times, for bench/ (smooth panning)
+    this.firstDrawnMs = null; // since navigation: the first frame drawn from a window answer
     this.pending = false;
     this.loader = new WindowLoader({
       onAnswer: () => this.redraw(),
       onError: (section, error) => hooks.onError(section, error),
     });
-    this.fetchSoon = debounce(() => this.fetch(), FETCH_DEBOUNCE_MS);
+    const fetchLater = debounce(() => this.fetch(), FETCH_DEBOUNCE_MS);
+    this.fetchScheduled = false; // a window request will be made when the view settles
+    this.fetchSoon = () => {
+      this.fetchScheduled = true;
+      fetchLater();
+    };
     this.computeShifts();
     this.relayout();
     this.state.view = clampView(state.view || this.bounds(), this.bounds());
@@ -122,15 +130,21 @@ export class TimelineView {
     this.pending = true;
     requestAnimationFrame(() => {
       this.pending = false;
+      const started = performance.now();
       const ctx = this.canvas.getContext("2d");
       const ratio = window.devicePixelRatio || 1;
       ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
       this.stats = draw(ctx, this.scene());
       this.draws += 1;
+      const finished = performance.now();
+      this.drawMs.push(finished - started);
+      if (this.drawMs.length > DRAW_HISTORY) this.drawMs.shift();
+      if (this.firstDrawnMs === null && this.stats.slices + this.stats.merged > 0) this.firstDrawnMs = finished;
     });
   }
 
   fetch() {
+    this.fetchScheduled = false;
     this.loader.update(this.sections, this.state.view, this.timeWidth(), (section) => visibleTrackIds(section, this.state));
   }
 
