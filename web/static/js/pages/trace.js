@@ -306,7 +306,7 @@ class TracePage {
       this.changed();
       return;
     }
-    this.state.selected = { worker: section.worker, id };
+    this.state.selected = { worker: section.worker, span: section.span, id };
     this.changed();
     this.view.redraw();
     let details;
@@ -427,7 +427,7 @@ class TracePage {
   /** What the URL asked for beyond the window: the selected slice, the search, the range. */
   async restore() {
     const selected = this.state.selected;
-    const section = selected && this.sections.find((s) => s.worker === selected.worker && s.info);
+    const section = selected && this.sections.find((s) => s.worker === selected.worker && s.span === selected.span && s.info);
     if (this.state.query) await this.runSearch({ go: false });
     if (section) await this.select(section, selected.id, false);
     if (this.state.range) await this.summarize(this.state.range);

@@ -4,8 +4,9 @@
 // `run, worker, span, start_us, end_us`; the Distributed page gives `run, span, workers=w1,w2,...,
 // start_us, end_us` (the window relative to the FIRST worker's trace origin, `span` that worker's).
 // Added here: `align` (wall | start), `offsets` (µs per shown worker, in `workers` order),
-// `collapsed` / `hidden` (layout keys, see layout.js), `slice` + `slice_worker`, `q` + `match`,
-// `range` (start,end of a selected range).
+// `collapsed` / `hidden` (layout keys, see layout.js), `slice` + `slice_worker` + `slice_span` (a
+// slice id means something in one trace only: the selector may change worker or span and keep the
+// other parameters), `q` + `match`, `range` (start,end of a selected range).
 
 const num = (text) => {
   const value = Number.parseFloat(text);
@@ -29,7 +30,10 @@ export function parseState(params) {
     view: start !== null && end !== null && end > start ? { start, end } : null,
     collapsed: new Set(list(params.collapsed)),
     hidden: new Set(list(params.hidden)),
-    selected: Number.isInteger(slice) && slice >= 0 ? { worker: params.slice_worker || params.worker || workers[0], id: slice } : null,
+    selected:
+      Number.isInteger(slice) && slice >= 0 && params.slice_worker && params.slice_span
+        ? { worker: params.slice_worker, span: params.slice_span, id: slice }
+        : null,
     query: params.q || "",
     match: Math.max(Number.parseInt(params.match, 10) || 0, 0),
     range: range.length === 2 && range[0] !== null && range[1] !== null && range[1] > range[0] ? { start: range[0], end: range[1] } : null,
@@ -51,7 +55,8 @@ export function stateParams(state) {
     collapsed: state.collapsed.size ? [...state.collapsed].join(",") : null,
     hidden: state.hidden.size ? [...state.hidden].join(",") : null,
     slice: state.selected ? state.selected.id : null,
-    slice_worker: state.selected && several ? state.selected.worker : null,
+    slice_worker: state.selected ? state.selected.worker : null,
+    slice_span: state.selected ? state.selected.span : null,
     q: state.query || null,
     match: state.query && state.match ? state.match : null,
     range: state.range ? `${fixed(state.range.start)},${fixed(state.range.end)}` : null,

@@ -111,7 +111,7 @@ export class TimelineView {
   // ---- drawing -----------------------------------------------------------------------------
   scene() {
     const selected = this.state.selected;
-    const section = selected && this.sections.find((s) => s.worker === selected.worker);
+    const section = selected && this.sections.find((s) => s.worker === selected.worker && s.span === selected.span);
     return {
       width: this.width,
       height: this.height,
