@@ -3,7 +3,7 @@
 // horizontal wheel pan), drag pans, shift + drag selects a range, click selects, W/A/S/D zoom and
 // pan while held (like Perfetto), Escape clears the range.
 
-import { timeAt } from "./viewport.js";
+import { shifted as shift, timeAt, zoomed as zoom } from "./viewport.js";
 
 const CLICK_SLOP_PX = 3;
 const WHEEL_ZOOM = 0.0025; // per wheel pixel
@@ -106,16 +106,10 @@ export function bindInteractions(canvas, view) {
     view.leave();
   });
 
-  const zoom = (current, anchor, factor) => ({
-    start: anchor - (anchor - current.start) * factor,
-    end: anchor + (current.end - anchor) * factor,
-  });
-  const shift = (current, deltaUs) => ({ start: current.start + deltaUs, end: current.end + deltaUs });
-
-  bindKeys(view, () => pointer, timeAtX, zoom, shift);
+  bindKeys(view, () => pointer, timeAtX);
 }
 
-function bindKeys(view, pointerOf, timeAtX, zoom, shift) {
+function bindKeys(view, pointerOf, timeAtX) {
   const held = new Set();
   let last = null;
   const advance = (dt) => {

@@ -4,7 +4,7 @@
 export const MIN_SPAN_US = 0.01; // 10 ns: below that, slices are single nanoseconds anyway
 
 /** x (CSS px from the left of the time area) of time `t`. */
-export function xOf(view, widthPx, t) {
+function xOf(view, widthPx, t) {
   return ((t - view.start) / (view.end - view.start)) * widthPx;
 }
 
@@ -25,15 +25,14 @@ export function clampView(view, bounds) {
   return { start, end: start + span };
 }
 
-/** Zoom by `factor` (< 1 zooms in) keeping time `anchor` at the same pixel. */
-export function zoomAt(view, anchor, factor, bounds) {
-  const start = anchor - (anchor - view.start) * factor;
-  const end = anchor + (view.end - anchor) * factor;
-  return clampView({ start, end }, bounds);
+/** Zoomed by `factor` (< 1 zooms in) keeping time `anchor` at the same pixel (clamp it with clampView). */
+export function zoomed(view, anchor, factor) {
+  return { start: anchor - (anchor - view.start) * factor, end: anchor + (view.end - anchor) * factor };
 }
 
-export function panBy(view, deltaUs, bounds) {
-  return clampView({ start: view.start + deltaUs, end: view.end + deltaUs }, bounds);
+/** Moved by `deltaUs` (clamp it with clampView). */
+export function shifted(view, deltaUs) {
+  return { start: view.start + deltaUs, end: view.end + deltaUs };
 }
 
 /** A window that shows [start, start + dur) comfortably: centred, keeping the zoom unless it is too far out or in. */
@@ -56,7 +55,7 @@ const UNITS = [
 ];
 
 /** The unit a step reads best in (the largest unit the step is at least one of). */
-export function unitFor(stepUs) {
+function unitFor(stepUs) {
   let best = UNITS[0];
   for (const unit of UNITS) if (stepUs >= unit.us) best = unit;
   return best;
