@@ -94,11 +94,17 @@ def test_zoom_pan_flow_search_range_and_reload(page, server) -> None:
     assert first["view"] == {"start": 0, "end": tracks_api["duration_us"]}
     assert first["stats"]["slices"] > 0 and first["stats"]["merged"] > 0 and first["stats"]["points"] > 0
     assert inked_fraction(page) > 0.1
+    # hovering a counter track tells its value in its unit
+    box = canvas_box(page)
+    top = page.evaluate(f"() => {HOOK}.rowTop(0, 'c0')")
+    page.mouse.move(box["x"] + 230 + (box["width"] - 230) / 2, box["y"] + top + 20)
+    tooltip = page.get_by_test_id("tooltip")
+    tooltip.wait_for()
+    assert tooltip.inner_text().startswith("GPU 0 utilization\n") and "%" in tooltip.inner_text()
     screenshot(page, "trace-whole")
 
     # ctrl + wheel zooms in at the cursor (where the GPU is busy): the time under the cursor stays put
     _, busy = get_json(f"{server.url}/api/timeline/search?{RESNET}&q=sgemm")
-    box = canvas_box(page)
     before = first["view"]
     x = box["x"] + 230 + (box["width"] - 230) * busy["match"]["start_us"] / before["end"]
     y = box["y"] + 60

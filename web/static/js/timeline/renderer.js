@@ -123,7 +123,8 @@ function drawRow(ctx, scene, row, y, stats) {
   ctx.stroke();
 }
 
-function counterLabel(track, value) {
+/** A counter's value in its unit: bytes, percent or a plain number. */
+export function counterLabel(track, value) {
   if (track.unit === "bytes") return fmtBytes(value);
   if (track.unit === "%") return `${Number(value.toFixed(1))}%`;
   return String(Number(value.toFixed(2)));

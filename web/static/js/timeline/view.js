@@ -6,7 +6,7 @@ import { debounce } from "../dom.js";
 import { hitTest } from "./hittest.js";
 import { bindInteractions } from "./interaction.js";
 import { RULER_PX, laneMiddle, layoutRows, visibleTrackIds } from "./layout.js";
-import { draw, timeScale } from "./renderer.js";
+import { counterLabel, draw, timeScale } from "./renderer.js";
 import { clampView, fmtTime, revealView } from "./viewport.js";
 import { WindowLoader } from "./windows.js";
 
@@ -261,12 +261,12 @@ export class TimelineView {
   }
 
   hover(x, y, event) {
-    const hit = hitTest(this.scene(), x, y)?.hit;
-    if (!hit) {
+    const found = hitTest(this.scene(), x, y);
+    if (!found?.hit) {
       this.leave();
       return;
     }
-    this.tooltip.textContent = describe(hit);
+    this.tooltip.textContent = describe(found.hit, found.row);
     this.tooltip.hidden = false;
     const box = this.canvas.getBoundingClientRect();
     const left = Math.min(event.clientX - box.left + 14, this.width - 340);
@@ -289,9 +289,9 @@ export class TimelineView {
   }
 }
 
-function describe(hit) {
+function describe(hit, row) {
   const item = hit.item;
-  if (hit.type === "counter") return `${fmtTime(item[0])}: ${Number(item[1].toFixed(3))}`;
+  if (hit.type === "counter") return `${row.track.name}\n${counterLabel(row.track, item[1])} at ${fmtTime(item[0])}`;
   if (hit.type === "merged") {
     return `${item.count} slices in ${fmtTime(item.dur_us)} (busy ${fmtTime(item.busy_us)})\nmostly: ${item.name}\nclick to zoom in`;
   }
