@@ -278,6 +278,17 @@ def test_two_ranks_side_by_side_with_offsets(page, server) -> None:
     page.locator("#align").select_option("start")
     page.wait_for_function(f"() => Math.abs({HOOK}.sections[1].shift - 2500) < 1e-3")
 
+    # the worker picker: remove a rank, add it back (its fold state follows it)
+    page.locator('.tl-rank[data-worker="sampled_rank-1"] .tl-remove').click()
+    page.wait_for_url("**/trace?**")
+    alone = wait_drawn(page)
+    assert [s["worker"] for s in alone["sections"]] == ["sampled_rank-0"]
+    assert "workers" not in query_of(page.url) and query_of(page.url)["worker"] == "sampled_rank-0"
+    page.get_by_test_id("add-worker").select_option("sampled_rank-1")
+    page.wait_for_url("**workers=**")
+    both = wait_drawn(page)
+    assert [s["worker"] for s in both["sections"]] == ["sampled_rank-0", "sampled_rank-1"]
+
 
 def test_distributed_slowest_rank_lands_beside_the_others(page, server) -> None:
     _, api = get_json(f"{server.url}/api/distributed?run=trace_filter")

@@ -39,6 +39,13 @@ function sectionLabel(section, state) {
   return parts.join(" \u00b7 ");
 }
 
+/** A layout key ("2", "2.g1") of a rank, for its position among `after`; null when the rank is gone. */
+function renumberKey(key, before, after) {
+  const [index, ...rest] = key.split(".");
+  const position = after.indexOf(before[Number(index)]);
+  return position < 0 ? null : [String(position), ...rest].join(".");
+}
+
 class TracePage {
   constructor(selection, statusEl) {
     this.selection = selection;
@@ -86,10 +93,12 @@ class TracePage {
     this.canvas = el("canvas", { class: "tl-canvas", tabindex: "0", "data-testid": "timeline", "aria-label": "Timeline" });
     this.detailsEl = el("section", { class: "panel tl-details", "data-testid": "details", hidden: true });
     this.summaryEl = el("section", { class: "panel tl-summary", "data-testid": "range-summary", hidden: true });
+    this.windowErrorEl = el("div", { class: "status" });
     clear(
       root,
       this.toolbar(),
       this.ranksBar(),
+      this.windowErrorEl,
       el("div", { class: "tl-canvas-wrap" }, this.canvas, this.tooltip),
       el("p", { class: "tl-hint muted", text: "Ctrl + wheel or W / S: zoom \u00b7 drag, shift + wheel or A / D: pan \u00b7 wheel: scroll tracks \u00b7 click: details \u00b7 shift + drag: summary of a range \u00b7 click a group to fold it" }),
       el("div", { class: "grid tl-panels" }, this.detailsEl, this.summaryEl),
@@ -247,8 +256,9 @@ class TracePage {
 
   /** Adding or removing a rank reloads the page from its URL (the sections are built once). */
   setWorkers(workers) {
-    const params = { ...readParams(), ...stateParams({ ...this.state, workers }), worker: workers[0] };
-    location.assign(withQuery("/trace", params));
+    const moved = (keys) => new Set([...keys].map((key) => renumberKey(key, this.state.workers, workers)).filter(Boolean));
+    const state = { ...this.state, workers, collapsed: moved(this.state.collapsed), hidden: moved(this.state.hidden) };
+    location.assign(withQuery("/trace", { ...readParams(), ...stateParams(state), worker: workers[0] }));
   }
 
   // ---- state changes -----------------------------------------------------------------------
@@ -293,7 +303,7 @@ class TracePage {
   }
 
   windowError(section, error) {
-    this.statusEl.append(errorBox({ title: `${section.worker}: the window could not be loaded`, message: error.message }));
+    clear(this.windowErrorEl, errorBox({ title: `${section.worker}: the window could not be loaded`, message: error.message }));
   }
 
   // ---- selection ---------------------------------------------------------------------------
