@@ -20,13 +20,24 @@ RESNET = "run=resnet50_num_workers_0&worker=worker0&span=1623143089861"
 HOOK = "window.__profscopeTrace"
 
 
+STILL_FOR_TWO_FRAMES = f"""() => new Promise((resolve) => {{
+  const before = JSON.stringify({HOOK}.view);
+  requestAnimationFrame(() => requestAnimationFrame(() => resolve(JSON.stringify({HOOK}.view) === before)));
+}})"""
+
+
 def wait_drawn(page, timeout_ms: int = 20_000) -> dict:
-    """Wait until every rank has its window answer, nothing is in flight, and a frame was drawn after it."""
-    page.wait_for_function(
-        f"() => {HOOK} && {HOOK}.idle && {HOOK}.sections.every((s) => s.answered) && {HOOK}.stats.draws > 0",
-        timeout=timeout_ms,
-    )
-    page.wait_for_timeout(100)  # the frame requested by the last answer
+    """Wait until the view stopped moving (a held key animates it), every rank has its window answer,
+    nothing is in flight, and a frame was drawn after the last answer."""
+    for _ in range(50):
+        page.wait_for_function(
+            f"() => {HOOK} && {HOOK}.idle && {HOOK}.sections.every((s) => s.answered) && {HOOK}.answerDrawn",
+            timeout=timeout_ms,
+        )
+        if page.evaluate(STILL_FOR_TWO_FRAMES) and page.evaluate(f"() => {HOOK}.idle && {HOOK}.answerDrawn"):
+            break
+    else:
+        raise AssertionError("the timeline kept moving")
     return page.evaluate(f"() => ({{view: {HOOK}.view, stats: {HOOK}.stats, sections: {HOOK}.sections}})")
 
 
@@ -36,7 +47,6 @@ def settled(page, previous_view: dict) -> dict:
         f"([s, e]) => {HOOK}.view.start !== s || {HOOK}.view.end !== e",
         arg=[previous_view["start"], previous_view["end"]],
     )
-    page.wait_for_timeout(150)  # the fetch debounce
     return wait_drawn(page)
 
 
@@ -204,7 +214,9 @@ def test_zoom_pan_flow_search_range_and_reload(page, server) -> None:
     screenshot(page, "trace-range")
 
     # the URL carries it all: a new page at the copied URL shows the same view
-    page.wait_for_timeout(300)  # the URL is written 150 ms after the last change
+    page.wait_for_function(  # the URL is written shortly after the last change
+        f"() => Number(new URLSearchParams(location.search).get('start_us')) === Number({HOOK}.view.start.toFixed(3))"
+    )
     url = page.url
     state = page.evaluate(f"() => ({{view: {HOOK}.view, selected: {HOOK}.selected}})")
     name = page.get_by_test_id("slice-name").inner_text()

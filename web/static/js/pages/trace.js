@@ -134,6 +134,9 @@ class TracePage {
       get idle() {
         return !page.view.fetchScheduled && page.sections.every((s) => !s.pendingKey);
       },
+      get answerDrawn() {
+        return page.view.draws > page.view.drawsAtAnswer;
+      },
       get sections() {
         return page.sections.map((s) => ({ worker: s.worker, span: s.span, shift: s.shift, answered: Boolean(s.answer) }));
       },

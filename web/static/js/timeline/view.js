@@ -31,11 +31,15 @@ export class TimelineView {
     this.flows = [];
     this.stats = { slices: 0, merged: 0, points: 0, labels: 0, flows: 0 };
     this.draws = 0;
+    this.drawsAtAnswer = 0; // frames drawn when the last window answer arrived: later ones show it
     this.drawMs = []; // the last frames' drawing times, for bench/ (smooth panning)
     this.firstDrawnMs = null; // since navigation: the first frame drawn from a window answer
     this.pending = false;
     this.loader = new WindowLoader({
-      onAnswer: () => this.redraw(),
+      onAnswer: () => {
+        this.drawsAtAnswer = this.draws;
+        this.redraw();
+      },
       onError: (section, error) => hooks.onError(section, error),
     });
     const fetchLater = debounce(() => this.fetch(), FETCH_DEBOUNCE_MS);
