@@ -151,7 +151,8 @@ def test_zoom_pan_flow_search_range_and_reload(page, server) -> None:
 
     # click a kernel on the GPU stream: its details, and a flow arrow from its launch
     stream = track_id(page, 0, lambda t: t["name"].startswith("stream"))
-    kernels = [s for s in drawn(page, 0, stream) if s["kind"] == "kernel" and s["w"] > 4]
+    inside = lambda s: s["x"] > 232 and s["x"] + s["w"] < box["width"]  # noqa: E731 - wholly in the time area
+    kernels = [s for s in drawn(page, 0, stream) if s["kind"] == "kernel" and s["w"] > 4 and inside(s)]
     assert kernels, "no kernel wide enough to click in this window"
     kernel = max(kernels, key=lambda s: s["w"])
     page.mouse.click(box["x"] + kernel["x"] + min(kernel["w"], 40) / 2, box["y"] + kernel["y"])
