@@ -18,6 +18,7 @@ pytestmark = pytest.mark.browser
 
 RESNET = "run=resnet50_num_workers_0&worker=worker0&span=1623143089861"
 HOOK = "window.__profscopeTrace"
+B200 = "traces/AMD-AGI_TraceLens/tests/traces/b200"  # NCCL rank 0 of 8 on a B200, kernels overlapping on a stream
 
 
 STILL_FOR_TWO_FRAMES = f"""() => new Promise((resolve) => {{
@@ -67,6 +68,17 @@ def wait_selected(page, slice_id: int) -> None:
 
 def canvas_box(page) -> dict:
     return page.get_by_test_id("timeline").bounding_box()
+
+
+def scroll_to_track(page, section: int, track: str) -> None:
+    """Scroll the rows with the mouse wheel until the track's row is on screen."""
+    box = canvas_box(page)
+    top = page.evaluate(f"([i, t]) => {HOOK}.rowTop(i, t)", [section, track])
+    page.mouse.move(box["x"] + 600, box["y"] + 200)
+    page.mouse.wheel(0, top - 200)
+    page.wait_for_function(
+        f"([i, t, h]) => {HOOK}.rowTop(i, t) >= 26 && {HOOK}.rowTop(i, t) < h - 20", arg=[section, track, box["height"]]
+    )
 
 
 def track_id(page, section: int, predicate) -> str:
@@ -317,18 +329,11 @@ def test_distributed_slowest_rank_lands_beside_the_others(page, server) -> None:
     assert shown["view"]["end"] == pytest.approx(window["end_us"], abs=1e-3)
     screenshot(page, "trace-from-distributed")
     # the collective's kernel on every rank, each as long as the Distributed page said: scroll to its stream
-    box = canvas_box(page)
     for section, worker in enumerate(window["workers"]):
         arrival = next(a for a in slowest["worst"]["arrivals"] if a["worker"] == worker)
         found = []
         for track in [t for t in page.evaluate(f"(i) => {HOOK}.tracks(i)", section) if t["name"].startswith("stream")]:
-            top = page.evaluate(f"([i, t]) => {HOOK}.rowTop(i, t)", [section, track["id"]])
-            page.mouse.move(box["x"] + 600, box["y"] + 200)
-            page.mouse.wheel(0, top - 200)
-            page.wait_for_function(
-                f"([i, t, h]) => {HOOK}.rowTop(i, t) >= 26 && {HOOK}.rowTop(i, t) < h - 20",
-                arg=[section, track["id"], box["height"]],
-            )
+            scroll_to_track(page, section, track["id"])
             found += [s for s in drawn(page, section, track["id"]) if s["name"].startswith("ncclKernel")]
         assert any(s["dur_us"] == pytest.approx(arrival["duration_us"]) for s in found), worker
     screenshot(page, "trace-from-distributed-kernels")
@@ -401,3 +406,41 @@ def test_hostile_names_stay_text(page, hostile_server: Server) -> None:
     assert page.locator("[data-testid=details] img, [data-testid=details] script").count() == 0
     assert page.evaluate("() => window.pwned") is None
     screenshot(page, "trace-hostile")
+
+
+@pytest.fixture(scope="module")
+def b200_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A B200 trace whose kernels overlap on one stream (programmatic dependent launch)."""
+    work = tmp_path_factory.mktemp("b200")
+    server = start_server([corpus_path(B200)], work / "cache", work / "server.log")
+    try:
+        server.wait_parsed()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_overlapping_kernels_on_a_stream_are_stacked_not_dropped(page, b200_server: Server) -> None:
+    query = "run=b200&start_us=16850&end_us=16950"  # a bmm kernel overlapping the kernel before it
+    _, tracks = get_json(f"{b200_server.url}/api/timeline/tracks?run=b200")
+    stream = next(t for t in tracks["tracks"] if t["name"] == "stream 7")
+    assert stream["max_depth"] >= 1
+    _, window = get_json(f"{b200_server.url}/api/timeline?{query}&width_px=4000&tracks={stream['id']}")
+    page.goto(f"{b200_server.url}/trace?{query}")
+    wait_drawn(page)
+    scroll_to_track(page, 0, stream["id"])
+    shown = drawn(page, 0, stream["id"])
+    box = canvas_box(page)
+    px_us = 100 / (box["width"] - 230)
+    # every kernel of the window at least two pixels wide is drawn as itself: none merged away or dropped
+    expected = {s["id"] for s in window["tracks"][0]["slices"] if s["dur_us"] >= 2 * px_us}
+    assert len(expected) >= 4 and expected <= {s["id"] for s in shown}
+    kernels = [s for s in shown if s["kind"] == "kernel"]
+    overlaps = [
+        (a, b)
+        for a in kernels
+        for b in kernels
+        if a["depth"] < b["depth"] and a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+    ]
+    assert overlaps, "no two kernels drawn over the same time on the stream"
+    screenshot(page, "trace-overlapping-kernels")

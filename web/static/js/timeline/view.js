@@ -154,6 +154,7 @@ export class TimelineView {
 
   // ---- changes -----------------------------------------------------------------------------
   setView(view) {
+    this.leave(); // what was under the pointer moved away
     this.state.view = clampView(view, this.bounds());
     this.redraw();
     this.fetchSoon();
@@ -174,6 +175,7 @@ export class TimelineView {
     this.scrollY += dy;
     this.clampScroll();
     if (this.scrollY === before) return false;
+    this.leave(); // what was under the pointer moved away
     this.redraw();
     return true;
   }
