@@ -18,6 +18,7 @@ PAGES = {
     "kernels": "Kernel",
     "memory": "Memory",
     "distributed": "Distributed",
+    "trace": "Trace",
 }
 
 

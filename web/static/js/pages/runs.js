@@ -145,7 +145,14 @@ function errorRow(run) {
   );
 }
 
-const VIEW_LABELS = { overview: "Overview", operators: "Operator", kernels: "Kernel", memory: "Memory" };
+const VIEW_LABELS = {
+  overview: "Overview",
+  operators: "Operator",
+  kernels: "Kernel",
+  memory: "Memory",
+  distributed: "Distributed",
+  trace: "Trace",
+};
 
 function viewLinks(run) {
   if (!run.workers?.length && !run.snapshots?.length && !run.memory_logs?.length) return null;
