@@ -295,9 +295,13 @@ class IngestManager:
             return self._states[key]
 
     def retry(self, trace: TraceFile) -> None:
-        self.cache.forget(trace.cache_key)
+        """Parse again from scratch; a trace already queued or being read is left to that read."""
+        key = trace.cache_key
         with self._lock:
-            self._states.pop(trace.cache_key, None)
+            if any(key in queue for queue in (self._pending, self._running, self._to_fetch, self._fetching)):
+                return
+            self.cache.forget(key)
+            self._states.pop(key, None)
         self.request(trace, urgent=True)
 
     def close(self) -> None:
