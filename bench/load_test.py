@@ -74,7 +74,8 @@ class Sample:
     at_s: float  # since the clients started
     label: str
     latency_s: float
-    status: int  # 0: the connection failed
+    status: int  # 0: no answer (``failure`` says why)
+    failure: str = ""
 
 
 # ---- the server --------------------------------------------------------------------------------
@@ -298,10 +299,10 @@ async def fetch(client: httpx.AsyncClient, request: Request, started: float, sam
         async with client.stream("GET", request.path, params=request.params) as response:
             async for _ in response.aiter_raw():
                 pass
-        status = response.status_code
-    except httpx.HTTPError:
-        status = 0
-    samples.append(Sample(sent - started, request.label, time.monotonic() - sent, status))
+        status, failure = response.status_code, ""
+    except httpx.HTTPError as error:
+        status, failure = 0, type(error).__name__
+    samples.append(Sample(sent - started, request.label, time.monotonic() - sent, status, failure))
 
 
 async def probe_loop(base: str, until: float, started: float, samples: list[Sample]) -> None:
@@ -385,7 +386,9 @@ def route_table(samples: list[Sample], elapsed_s: float) -> list[dict[str, Any]]
                 "per_s": round(len(group) / elapsed_s, 2),
                 "errors": sum(1 for s in group if s.status == 0 or s.status >= 400),
                 "not_ready_202": sum(1 for s in group if s.status == 202),
-                "other_statuses": dict(Counter(str(s.status) for s in group if s.status not in (200, 202))),
+                "other_statuses": dict(
+                    Counter(s.failure or str(s.status) for s in group if s.status not in (200, 202))
+                ),
                 **{f"p{q}_ms": round(float(np.percentile(ms, q)), 1) for q in (50, 95, 99)},
                 "max_ms": round(float(ms.max()), 1),
             }
