@@ -119,10 +119,11 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A memory line of /proc/PID/status: VmRSS (all), RssAnon (heap), RssFile (mapped files, e.g. the cache)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -320,6 +321,8 @@ async def sample_rss(pid: int, until: float, started: float, every_s: float, rss
             {
                 "at_s": round(time.monotonic() - started, 1),
                 "server_mib": round(rss_mib(pid), 1),
+                "server_anon_mib": round(rss_mib(pid, "RssAnon"), 1),
+                "server_file_mib": round(rss_mib(pid, "RssFile"), 1),
                 "workers_mib": round(workers, 1),
                 "load_1m": load_average(),
             }
