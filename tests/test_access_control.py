@@ -27,9 +27,8 @@ TOKEN = "pr0fscope-test-token-0123456789"
 OPEN = {"/healthz", "/readyz"}
 
 
-@pytest.fixture(scope="module")
-def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ac") / "traces"
+def every_kind_of_file(root: Path) -> Path:
+    """A root with one run ``cpu`` holding a trace, a snapshot and a memory.log: every route has data."""
     (root / "cpu").mkdir(parents=True)
     shutil.copy(corpus_file(TINYGPT), root / "cpu" / Path(TINYGPT).name)
     shutil.copy(corpus_file(SNAPSHOT), root / "cpu" / "worker0.pickle")
@@ -37,11 +36,21 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def source_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("src")
+def one_source_file(root: Path) -> Path:
+    """A source root with ``train.py``, for the source viewer."""
+    root.mkdir(parents=True, exist_ok=True)
     (root / "train.py").write_text("import torch\n\nprint('train')\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return every_kind_of_file(tmp_path_factory.mktemp("ac") / "traces")
+
+
+@pytest.fixture(scope="module")
+def source_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return one_source_file(tmp_path_factory.mktemp("src"))
 
 
 def _start(roots: Path, source_root: Path, cache: Path, *flags: str):  # type: ignore[no-untyped-def]

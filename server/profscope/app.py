@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
 from profscope.api import distributed, memory, runs, source, timeline, views
-from profscope.assets import plotly_js, web_dir
+from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
@@ -108,10 +108,12 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_bundle() -> FileResponse:
-        return FileResponse(
-            plotly_js(), media_type="application/javascript", headers={"Cache-Control": "max-age=86400"}
-        )
+    def plotly_bundle(request: Request) -> Response:  # sync: the first compression runs in a thread
+        headers = {"Cache-Control": "max-age=86400", "Vary": "Accept-Encoding"}
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            headers["Content-Encoding"] = "gzip"  # the gzip middleware passes it through as is
+            return Response(plotly_js_gzip(), media_type="application/javascript", headers=headers)
+        return FileResponse(plotly_js(), media_type="application/javascript", headers=headers)
 
     app.include_router(runs.router)
     app.include_router(views.router)

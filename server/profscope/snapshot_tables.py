@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.tables import NO_ID, StringTable
+from profscope.tables import NO_ID, StringTable, map_npy
 
 ACTIONS = (
     "alloc",
@@ -162,7 +162,7 @@ class SnapshotTables:
     def load(cls, directory: Path) -> SnapshotTables:
         directory = Path(directory)
         columns = {
-            table: {column: np.load(directory / f"{table}.{column}.npy", mmap_mode="r") for column in layout}
+            table: {column: map_npy(directory / f"{table}.{column}.npy") for column in layout}
             for table, layout in SNAPSHOT_SCHEMA.items()
         }
         strings = StringTable(json.loads((directory / "strings.json").read_text()))

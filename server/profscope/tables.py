@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -22,6 +23,17 @@ from typing import Any
 import numpy as np
 
 NO_ID = -1  # the "absent" value of every integer id / correlation column
+
+# np.load parses each .npy header with ast.literal_eval, and CPython 3.11's compile() can fail with
+# "SystemError: AST constructor recursion depth mismatch" when request threads do it at once
+# (python/cpython#106905): 2 answers in 80,000 of bench/load_test.py were 500s. One header at a time.
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def map_npy(path: Path) -> np.ndarray:
+    """A cached column, memory-mapped read-only."""
+    with _NPY_HEADER_LOCK:
+        return np.load(path, mmap_mode="r")
 
 
 class Kind(IntEnum):
@@ -236,9 +248,7 @@ class TraceTables:
         directory = Path(directory)
         columns: dict[str, dict[str, np.ndarray]] = {}
         for table_name, layout in SCHEMA.items():
-            columns[table_name] = {
-                column: np.load(directory / f"{table_name}.{column}.npy", mmap_mode="r") for column in layout
-            }
+            columns[table_name] = {column: map_npy(directory / f"{table_name}.{column}.npy") for column in layout}
         strings = StringTable(json.loads((directory / "strings.json").read_text()))
         tracks = [Track(**t) for t in json.loads((directory / "tracks.json").read_text())]
         meta = json.loads((directory / "meta.json").read_text())

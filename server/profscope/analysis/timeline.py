@@ -82,6 +82,8 @@ def window(
 def lane_ranges(index: TimelineIndex, lanes: np.ndarray, start_ns: int, end_ns: int) -> tuple[np.ndarray, ...]:
     """For each lane, the raw positions ``[first, stop)`` of its slices overlapping [start, end)."""
     stride = index.stride
+    # a key is lane * stride + time: a time outside [0, stride) would reach into the neighbouring lanes
+    start_ns, end_ns = (min(max(t, -1), stride - 1) for t in (start_ns, end_ns))
     first = np.searchsorted(index.arrays["raw_end_key"], lanes * stride + start_ns, side="right")
     stop = np.searchsorted(index.arrays["raw_start_key"], lanes * stride + end_ns, side="left")
     keep = stop > first

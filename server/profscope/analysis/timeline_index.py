@@ -33,7 +33,7 @@ import numpy as np
 
 from profscope.analysis import intervals
 from profscope.analysis.names import PROFILER_STEP_PREFIX
-from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track
+from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
 INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
@@ -64,7 +64,7 @@ class TimelineIndex:
     def load(cls, directory: Path) -> TimelineIndex:
         directory = Path(directory)
         info = json.loads((directory / "info.json").read_text())
-        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in info["arrays"]}
+        arrays = {name: map_npy(directory / f"{name}.npy") for name in info["arrays"]}
         return cls(arrays=arrays, info=info)
 
     # ---- lanes and levels ------------------------------------------------------------------

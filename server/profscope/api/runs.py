@@ -27,12 +27,20 @@ def list_runs(request: Request) -> Response:
     )
 
 
-@router.get("/run", summary="One run's status")
+_NO_SUCH_RUN = {404: {"description": "No such run (or, for a retry, no such worker or span): `{detail}`."}}
+
+
+@router.get("/run", responses=_NO_SUCH_RUN, summary="One run's status")
 def one_run(request: Request, run: Run = Depends(get_run)) -> Response:
     return json_response(get_state(request).run_status(run))
 
 
-@router.post("/retry", summary="Parse a trace again (after a fix or a transient storage failure)")
+@router.post(
+    "/retry",
+    status_code=202,
+    responses=_NO_SUCH_RUN,
+    summary="Parse a trace again (after a fix or a transient storage failure)",
+)
 def retry(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
     state = get_state(request)
     state.ingest.retry(trace)

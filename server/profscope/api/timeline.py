@@ -23,6 +23,7 @@ router = APIRouter(prefix="/api/timeline", tags=["trace view"])
 
 _STATUS_DOC = {
     202: {"description": "The trace is being parsed: `{state, progress, bytes_done, bytes_total}`; ask again."},
+    400: {"description": "The window ends before it starts: `{detail}`."},
     404: {"description": "No such run / worker / span (or slice id): `{detail}`."},
     422: {"description": "The trace (or its timeline index) could not be built: `{error, file}`."},
 }
@@ -102,8 +103,12 @@ def _window_ns(index: TimelineIndex, start_us: float | None, end_us: float | Non
     return start, end
 
 
-START = Query(None, description="Window start, microseconds from the trace start; default 0")
-END = Query(None, description="Window end, microseconds from the trace start; default the trace end")
+# ±31 years: any real window fits, and nanoseconds stay far inside int64 (the index's keys are int64)
+MAX_ABS_TIME_US = 1e15
+START = Query(None, ge=-MAX_ABS_TIME_US, le=MAX_ABS_TIME_US,
+              description="Window start, microseconds from the trace start; default 0")  # fmt: skip
+END = Query(None, ge=-MAX_ABS_TIME_US, le=MAX_ABS_TIME_US,
+            description="Window end, microseconds from the trace start; default the trace end")  # fmt: skip
 TRACKS = Query(None, description="Comma-separated track ids (from /api/timeline/tracks); default all")
 
 

@@ -42,6 +42,7 @@ log = logging.getLogger("profscope.ingest")
 PROGRESS_INTERVAL_S = 0.2
 SHARED_CACHE_FETCHERS = 4  # downloads from the shared cache at once (network-bound threads, not processes)
 SHARED_CACHE_UPLOADERS = 2
+WORKER_NICENESS = 10  # added to the server's: parse workers run at a lower CPU priority
 _progress_queue: Any = None
 
 
@@ -82,6 +83,9 @@ def _init_worker(queue: Any) -> None:
     global _progress_queue
     _progress_queue = queue
     map_large_arrays_directly()
+    # Parsing yields the CPU to the server process: pages stay responsive while a large trace is read.
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
 
 
@@ -295,9 +299,13 @@ class IngestManager:
             return self._states[key]
 
     def retry(self, trace: TraceFile) -> None:
-        self.cache.forget(trace.cache_key)
+        """Parse again from scratch; a trace already queued or being read is left to that read."""
+        key = trace.cache_key
         with self._lock:
-            self._states.pop(trace.cache_key, None)
+            if any(key in queue for queue in (self._pending, self._running, self._to_fetch, self._fetching)):
+                return
+            self.cache.forget(key)
+            self._states.pop(key, None)
         self.request(trace, urgent=True)
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ class LocalSource:
     def list(self) -> list[ObjectInfo]:
         found: list[ObjectInfo] = []
         pending = [self.root]
-        seen_dirs: set[Path] = set()
+        seen_dirs = {self.root}  # a link back to the root must not list it twice
         while pending:
             directory = pending.pop()
             try:
@@ -73,7 +73,8 @@ class LocalSource:
         return ObjectInfo(key=key, size=stat.st_size, version=f"{stat.st_mtime_ns}-{stat.st_size}")
 
     def open(self, key: str) -> IO[bytes]:
+        path = self._path(key)  # outside the try: its refusal says why, not "cannot open ...: None"
         try:
-            return open(self._path(key), "rb")
+            return open(path, "rb")
         except OSError as exc:
             raise SourceError(f"cannot open {key}: {exc.strerror}") from exc

@@ -792,8 +792,9 @@ class MemoryLogView {
     this.sunburstNote.textContent = `${tree.label}: ${fmtBytes(tree.total_bytes)} as logged at ${fmtUs(tree.time_us)} \u00b5s (layouts ${tree.layouts.join(", ")}); from the model (centre) to its tensors`;
     const trace = {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
+      customdata: tree.ids.map((id) => plotText(id)), // %{id} would be drawn as plotly's HTML subset
       branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
-      hovertemplate: "%{id}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
+      hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
     };
     plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
   }
