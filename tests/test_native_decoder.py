@@ -249,6 +249,19 @@ EVENT_EDGE_CASES = {
         {},
         {"ph": 5, "ts": 1},
     ],
+    "flows": [
+        GOOD,
+        {"ph": "s", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 2, "ts": 102.5},
+        {"ph": "t", "id": 9, "cat": "fwdbwd", "pid": 1, "tid": 3, "ts": 103, "bp": "x"},
+        {"ph": "f", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 105, "bp": "e"},
+        {"ph": "f", "id": None, "pid": "0", "tid": "7", "ts": 106, "bp": 1},
+        {"ph": "s", "ts": 107},
+        {"ph": "i", "name": "[memory]", "pid": 5, "tid": 5, "ts": 103, "args": {"Bytes": 64}},
+    ],
+    "flows with a string id": [GOOD, {"ph": "s", "id": "0x1f", "cat": "ac2g", "pid": 1, "tid": 2, "ts": 1}],
+    "flows with a float id": [GOOD, {"ph": "s", "id": 3.0, "cat": "ac2g", "pid": 1, "tid": 2, "ts": 1}],
+    "flows without a time": [GOOD, {"ph": "f", "id": 3, "cat": "ac2g", "pid": 1, "tid": 2}],
+    "flows with a string time": [GOOD, {"ph": "f", "id": 3, "cat": "ac2g", "pid": 1, "tid": 2, "ts": "5"}],
     "other events of odd types": [GOOD, {"ph": "i", "name": "x", "pid": 1, "ts": 1, "args": {"Addr": [1]}}],
 }
 

@@ -4,8 +4,9 @@
  * reader cut and returns, in one pass:
  *   - one fixed-size row (struct Row) per complete ("X") event: times, ids and every args value the
  *     parser reads, strings as ids into small per-piece tables (first occurrence first);
- *   - the other events ("M", "s", "f", "i", "C", "B", ...) copied out as a JSON array, for the Python
- *     parser, which stays the reference for every rare case;
+ *   - one row per flow event ("s", "t", "f"), with its own string and track tables;
+ *   - the other events ("M", "i", "C", "B", ...) copied out as a JSON array, for the Python parser,
+ *     which stays the reference for every rare case;
  *   - the args of events carrying collective args, also for the Python parser.
  * It returns None whenever the piece holds anything it does not handle exactly as msgspec and the
  * Python parser would (a non-object item, a value of an unexpected type, an escaped key, a number it
@@ -14,11 +15,15 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define NO_ID (-1)
 #define MAX_DEPTH 512
@@ -31,6 +36,13 @@ typedef struct {
     int32_t name, cat, track, input_dims, input_types, call_stack, grid, block;
     int8_t has_op_args;
 } Row;
+
+typedef struct { /* a flow event: ph "s", "t" or "f" */
+    double ts;
+    int64_t id;
+    int32_t cat, track;
+    int8_t phase, binds_enclosing;
+} FlowRow;
 
 enum { OK = 0, UNSUPPORTED = 1, NO_MEMORY = 2 };
 
@@ -230,6 +242,24 @@ static int hex4(const unsigned char *p) {
     return value;
 }
 
+/* The first byte at or after p that is a quote, a backslash, a control character or not ASCII. */
+static inline const unsigned char *plain_ascii_end(const unsigned char *p, const unsigned char *end) {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)p);
+        /* signed comparison: bytes >= 0x80 are negative, so "< 0x20" catches them too */
+        __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                       _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(special);
+        if (mask) return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+    return p;
+}
+
 typedef struct {
     const unsigned char *s; /* the characters between the quotes, as written */
     Py_ssize_t n;
@@ -243,7 +273,7 @@ static int scan_string(Cursor *c, Span *out) {
     out->s = p;
     out->escaped = 0;
     for (;;) {
-        while (p < end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80) p++;
+        p = plain_ascii_end(p, end);
         if (p >= end) return UNSUPPORTED;
         unsigned char ch = *p;
         if (ch == '"') break;
@@ -408,6 +438,24 @@ static int scan_number(Cursor *c, Number *out) {
         out->d = negative ? -value : value;
         return OK;
     }
+#if defined(__x86_64__) && LDBL_MANT_DIG == 64
+    if (digits <= 19 && power >= -27 && power <= 27) {
+        /* x87 extended precision holds the mantissa and 10^|power| exactly, so the quotient or product
+         * is rounded once to 64 bits; rounding that to a double is then exact unless it lands on a
+         * midpoint between two doubles (low 11 bits 0x400), which is left to the slow path. */
+        static const long double TENS[] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+                                           1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+                                           1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+        long double value = (long double)mantissa;
+        value = power < 0 ? value / TENS[-power] : value * TENS[power];
+        uint64_t significand;
+        memcpy(&significand, &value, sizeof(significand));
+        if (mantissa == 0 || (significand & 0x7FF) != 0x400) {
+            out->d = negative ? -(double)value : (double)value;
+            return OK;
+        }
+    }
+#endif
     char text[64];
     if (p - start >= (Py_ssize_t)sizeof(text)) {
         out->kind = NUMBER_UNSAFE;
@@ -591,10 +639,19 @@ static const Field ARGS_FIELDS[] = {
 enum { EV_PH, EV_NAME, EV_CAT, EV_PID, EV_TID, EV_TS, EV_DUR, EV_ID, EV_BP, EV_S, EV_ARGS, EVENT_FIELD_COUNT };
 static const char *EVENT_FIELDS[] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s", "args"};
 
-static int find_field(const Span *key, const char *const *names, size_t stride, int count) {
+static Py_ssize_t ARGS_FIELD_LENGTHS[ARGS_FIELD_COUNT], EVENT_FIELD_LENGTHS[EVENT_FIELD_COUNT];
+
+static void measure_field_names(void) {
+    for (int i = 0; i < ARGS_FIELD_COUNT; i++) ARGS_FIELD_LENGTHS[i] = (Py_ssize_t)strlen(ARGS_FIELDS[i].name);
+    for (int i = 0; i < EVENT_FIELD_COUNT; i++) EVENT_FIELD_LENGTHS[i] = (Py_ssize_t)strlen(EVENT_FIELDS[i]);
+}
+
+static int find_field(const Span *key, const char *const *names, size_t stride, const Py_ssize_t *lengths,
+                      int count) {
     for (int i = 0; i < count; i++) {
+        if (lengths[i] != key->n) continue;
         const char *name = *(const char *const *)((const char *)names + (size_t)i * stride);
-        if ((Py_ssize_t)strlen(name) == key->n && memcmp(name, key->s, (size_t)key->n) == 0) return i;
+        if (name[0] == key->s[0] && memcmp(name, key->s, (size_t)key->n) == 0) return i;
     }
     return -1;
 }
@@ -602,6 +659,10 @@ static int find_field(const Span *key, const char *const *names, size_t stride, 
 /* What one event's keys said, before it is known whether it is a complete event. */
 typedef struct {
     int is_complete;
+    int flow_phase; /* 0, 1, 2 for "s", "t", "f"; -1 for any other phase */
+    int64_t id;
+    int odd_flow_fields; /* a str or float id, an escaped bp: the Python parser's rules apply */
+    int binds_enclosing;
     int unusual; /* a complete event the columns cannot hold exactly: the piece goes to Python */
     int collective;
     Span name, cat;
@@ -619,9 +680,9 @@ typedef struct {
 
 typedef struct {
     Cursor cursor;
-    Buffer rows, others;
-    Py_ssize_t row_count, other_count;
-    SpanTable names, cats, tracks, call_stacks, raws;
+    Buffer rows, flows, others;
+    Py_ssize_t row_count, flow_count, other_count;
+    SpanTable names, cats, tracks, call_stacks, raws, flow_cats, flow_tracks;
     PyObject *collectives; /* list of (row, args JSON bytes) */
 } Decoder;
 
@@ -653,7 +714,7 @@ static int parse_args(Decoder *decoder, EventFields *event) {
         Span key;
         if (c->p >= c->end || *c->p != '"' || scan_string(c, &key) != OK || key.escaped) return UNSUPPORTED;
         if (expect(c, ':') != OK) return UNSUPPORTED;
-        int index = find_field(&key, &ARGS_FIELDS[0].name, sizeof(Field), ARGS_FIELD_COUNT);
+        int index = find_field(&key, &ARGS_FIELDS[0].name, sizeof(Field), ARGS_FIELD_LENGTHS, ARGS_FIELD_COUNT);
         if (index < 0) {
             if (skip_value(c, 2) != OK) return UNSUPPORTED;
         } else {
@@ -736,7 +797,7 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
         Span key;
         if (c->p >= c->end || *c->p != '"' || scan_string(c, &key) != OK || key.escaped) return UNSUPPORTED;
         if (expect(c, ':') != OK) return UNSUPPORTED;
-        int index = find_field(&key, EVENT_FIELDS, sizeof(char *), EVENT_FIELD_COUNT);
+        int index = find_field(&key, EVENT_FIELDS, sizeof(char *), EVENT_FIELD_LENGTHS, EVENT_FIELD_COUNT);
         if (index >= 0) {
             if (seen & (1u << index)) return UNSUPPORTED;
             seen |= 1u << index;
@@ -755,7 +816,11 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
             switch (index) {
                 case EV_PH:
                     if (value.kind == SCALAR_STRING && value.string.escaped) return UNSUPPORTED;
-                    event->is_complete = value.kind == SCALAR_STRING && value.string.n == 1 && value.string.s[0] == 'X';
+                    if (value.kind == SCALAR_STRING && value.string.n == 1) {
+                        const char *phase = strchr("stf", value.string.s[0]);
+                        event->is_complete = value.string.s[0] == 'X';
+                        if (phase != NULL && value.string.s[0] != '\0') event->flow_phase = (int)(phase - "stf");
+                    }
                     break;
                 case EV_NAME:
                 case EV_CAT:
@@ -769,7 +834,18 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
                     store_time(event, &value, &event->ts, 0);
                     break;
                 case EV_DUR: store_time(event, &value, &event->dur, 1); break;
-                default: break; /* id, bp, s: only their type matters here */
+                case EV_ID: /* flow ids: ints as they are, None -> NO_ID; str and float ids are Python's */
+                    if (value.kind == SCALAR_NUMBER && value.number.kind == NUMBER_INT) {
+                        event->id = value.number.i;
+                    } else if (value.kind != SCALAR_NULL) {
+                        event->odd_flow_fields = 1;
+                    }
+                    break;
+                case EV_BP:
+                    if (value.kind == SCALAR_STRING && value.string.escaped) event->odd_flow_fields = 1;
+                    event->binds_enclosing = value.kind == SCALAR_STRING && value.string.n == 1 && value.string.s[0] == 'e';
+                    break;
+                default: break; /* s: only its type matters here */
             }
         }
         skip_whitespace(c);
@@ -784,12 +860,18 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
     }
 }
 
+static const unsigned char ZERO_TEXT[] = "0"; /* msgspec's default pid / tid: 0 */
+
+static int32_t track_id(SpanTable *table, const EventFields *event) {
+    return table_id(table, event->pid ? event->pid : ZERO_TEXT, event->pid ? event->pid_n : 1,
+                    event->tid ? event->tid : ZERO_TEXT, event->tid ? event->tid_n : 1);
+}
+
 static int32_t span_id(SpanTable *table, const unsigned char *s, Py_ssize_t n) {
     return s == NULL ? NO_ID : table_id(table, s, n, NULL, 0);
 }
 
 static int add_complete_row(Decoder *decoder, EventFields *event) {
-    static const unsigned char zero[] = "0";
     Row row;
     memset(&row, 0, sizeof(row));
     row.ts = event->ts;
@@ -819,8 +901,7 @@ static int add_complete_row(Decoder *decoder, EventFields *event) {
     int dims = spans[ARG_INPUT_DIMS] ? ARG_INPUT_DIMS : ARG_INPUT_DIMS_OLD;
     row.name = table_id(&decoder->names, event->name.s, event->name.n, NULL, 0);
     row.cat = table_id(&decoder->cats, event->cat.s, event->cat.n, NULL, 0);
-    row.track = table_id(&decoder->tracks, event->pid ? event->pid : zero, event->pid ? event->pid_n : 1,
-                         event->tid ? event->tid : zero, event->tid ? event->tid_n : 1);
+    row.track = track_id(&decoder->tracks, event);
     row.input_dims = span_id(&decoder->raws, spans[dims], n[dims]);
     row.input_types = span_id(&decoder->raws, spans[ARG_INPUT_TYPE], n[ARG_INPUT_TYPE]);
     row.grid = span_id(&decoder->raws, spans[ARG_GRID], n[ARG_GRID]);
@@ -843,14 +924,34 @@ static int add_complete_row(Decoder *decoder, EventFields *event) {
     return buffer_append(&decoder->rows, &row, sizeof(row));
 }
 
+static int add_flow_row(Decoder *decoder, const EventFields *event) {
+    FlowRow row;
+    memset(&row, 0, sizeof(row));
+    row.ts = event->ts;
+    row.id = event->id;
+    row.phase = (int8_t)event->flow_phase;
+    row.binds_enclosing = (int8_t)event->binds_enclosing;
+    row.cat = table_id(&decoder->flow_cats, event->cat.s, event->cat.n, NULL, 0);
+    row.track = track_id(&decoder->flow_tracks, event);
+    if (PyErr_Occurred()) return NO_MEMORY;
+    decoder->flow_count++;
+    return buffer_append(&decoder->flows, &row, sizeof(row));
+}
+
 static int parse_event(Decoder *decoder) {
     static const unsigned char empty[1] = {0};
     EventFields event;
     memset(&event, 0, sizeof(event));
+    event.flow_phase = -1;
+    event.id = NO_ID;
     event.name.s = event.cat.s = empty; /* msgspec's default: "" */
     event.floats[ARG_BLOCKS_PER_SM] = event.floats[ARG_OCCUPANCY] = NAN;
     const unsigned char *start = decoder->cursor.p;
     if (parse_event_fields(decoder, &event) != OK) return UNSUPPORTED;
+    if (event.flow_phase >= 0) { /* a flow with a bad time or odd types stays the Python parser's */
+        if (event.unusual || event.odd_flow_fields || !event.has_ts) return UNSUPPORTED;
+        return add_flow_row(decoder, &event);
+    }
     if (!event.is_complete) {
         const char *separator = decoder->other_count ? "," : "[";
         decoder->other_count++;
@@ -894,6 +995,9 @@ static int parse_piece(Decoder *decoder) {
 static void decoder_free(Decoder *decoder) {
     free(decoder->rows.data);
     free(decoder->others.data);
+    free(decoder->flows.data);
+    table_free(&decoder->flow_cats);
+    table_free(&decoder->flow_tracks);
     table_free(&decoder->names);
     table_free(&decoder->cats);
     table_free(&decoder->tracks);
@@ -912,7 +1016,8 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
     int status = OK;
     if (table_init(&decoder.names, VALUE_STRING) || table_init(&decoder.cats, VALUE_STRING) ||
         table_init(&decoder.tracks, VALUE_TRACK) || table_init(&decoder.call_stacks, VALUE_STRING) ||
-        table_init(&decoder.raws, VALUE_BYTES) || (decoder.collectives = PyList_New(0)) == NULL) {
+        table_init(&decoder.raws, VALUE_BYTES) || table_init(&decoder.flow_cats, VALUE_STRING) ||
+        table_init(&decoder.flow_tracks, VALUE_TRACK) || (decoder.collectives = PyList_New(0)) == NULL) {
         status = NO_MEMORY;
     } else {
         status = parse_piece(&decoder);
@@ -920,12 +1025,14 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
     PyObject *result = NULL;
     if (status == OK && decoder.other_count) status = buffer_append(&decoder.others, "]", 1);
     if (status == OK) {
-        result = Py_BuildValue("(y#ny#nOOOOOO)", decoder.rows.data ? decoder.rows.data : "",
+        result = Py_BuildValue("(y#ny#ny#nOOOOOOOO)", decoder.rows.data ? decoder.rows.data : "",
                                (Py_ssize_t)decoder.rows.len, decoder.row_count,
-                               decoder.others.data ? decoder.others.data : "", (Py_ssize_t)decoder.others.len,
-                               decoder.other_count, decoder.names.values, decoder.cats.values,
-                               decoder.tracks.values, decoder.call_stacks.values, decoder.raws.values,
-                               decoder.collectives);
+                               decoder.flows.data ? decoder.flows.data : "", (Py_ssize_t)decoder.flows.len,
+                               decoder.flow_count, decoder.others.data ? decoder.others.data : "",
+                               (Py_ssize_t)decoder.others.len, decoder.other_count, decoder.names.values,
+                               decoder.cats.values, decoder.tracks.values, decoder.call_stacks.values,
+                               decoder.raws.values, decoder.collectives, decoder.flow_cats.values,
+                               decoder.flow_tracks.values);
     } else if (PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_MemoryError)) { /* e.g. a str the UTF-8 check let through */
             PyErr_Clear();
@@ -969,22 +1076,38 @@ static PyObject *row_fields(void) {
     return list;
 }
 
+static PyObject *flow_fields(void) {
+    return Py_BuildValue("[(ssn)(ssn)(ssn)(ssn)(ssn)(ssn)]", "ts", "f8", (Py_ssize_t)offsetof(FlowRow, ts), "id",
+                         "i8", (Py_ssize_t)offsetof(FlowRow, id), "cat", "i4", (Py_ssize_t)offsetof(FlowRow, cat),
+                         "track", "i4", (Py_ssize_t)offsetof(FlowRow, track), "phase", "i1",
+                         (Py_ssize_t)offsetof(FlowRow, phase), "binds_enclosing", "i1",
+                         (Py_ssize_t)offsetof(FlowRow, binds_enclosing));
+}
+
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_O,
-     "decode(piece) -> tuple | None: the columns of a piece's complete events and its other events as JSON, "
-     "or None if the piece needs the Python parser."},
+     "decode(piece) -> tuple | None: the columns of a piece's complete and flow events and its other events "
+     "as JSON, or None if the piece needs the Python parser."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_native_events", NULL, -1, METHODS};
 
 PyMODINIT_FUNC PyInit__native_events(void) {
+    measure_field_names();
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     PyObject *fields = row_fields();
     if (fields == NULL || PyModule_AddObject(module, "ROW_FIELDS", fields) < 0 ||
         PyModule_AddIntConstant(module, "ROW_SIZE", (long)sizeof(Row)) < 0) {
         Py_XDECREF(fields);
+        Py_DECREF(module);
+        return NULL;
+    }
+    PyObject *flows = flow_fields();
+    if (flows == NULL || PyModule_AddObject(module, "FLOW_FIELDS", flows) < 0 ||
+        PyModule_AddIntConstant(module, "FLOW_SIZE", (long)sizeof(FlowRow)) < 0) {
+        Py_XDECREF(flows);
         Py_DECREF(module);
         return NULL;
     }

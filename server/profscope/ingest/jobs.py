@@ -12,7 +12,6 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
@@ -20,7 +19,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
 from profscope.catalog import TraceFile
+from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
 from profscope.sources import Source, SourceError
@@ -117,7 +117,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
     try:
-        with request.source.open(request.key) as raw, piece_buffers_from_heap():
+        with request.source.open(request.key) as raw:
             tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
@@ -175,51 +175,6 @@ def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any,
         log.exception("timeline index failed for %s", request.key)
         view_errors["timeline"] = f"{type(exc).__name__}: {exc}"
         cache.write_view(request.cache_key, "timeline", {"error": view_errors["timeline"]})
-
-
-def _libc() -> Any:
-    import ctypes
-    import ctypes.util
-
-    library = ctypes.util.find_library("c")
-    return ctypes.CDLL(library) if library else None
-
-
-def release_freed_memory() -> None:
-    """Return freed heap pages to the OS (glibc keeps them otherwise), keeping peak memory down."""
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        _libc().malloc_trim(0)
-
-
-def map_large_arrays_directly() -> None:
-    """Make glibc serve every allocation over 1 MiB (numpy columns) with its own mmap, returned on free.
-
-    By default glibc raises that threshold after large frees, so later arrays come from the heap and
-    a parse's temporaries stay resident: peak memory then grows with every analysis step.
-    """
-    m_mmap_threshold = -3
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().mallopt(m_mmap_threshold, 1 << 20)
-
-
-@contextlib.contextmanager
-def piece_buffers_from_heap() -> Iterator[None]:
-    """While a trace is parsed, let glibc serve the reader's ~8 MB buffers from its heap, reused.
-
-    Mapped one by one (``map_large_arrays_directly``), each piece's buffers were fresh pages: two
-    thousand page faults per 8 MB copy, ~2 s of CPU in a 1 GB parse. Afterwards large arrays are
-    mapped directly again, and ``release_freed_memory`` gives the freed heap back.
-    """
-    m_mmap_threshold = -3
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().mallopt(m_mmap_threshold, 64 << 20)
-    try:
-        yield
-    finally:
-        map_large_arrays_directly()
 
 
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from profscope.ingest import native_events
+from profscope.ingest.allocator import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
 from profscope.ingest.native_events import NativePiece
 from profscope.tables import (
@@ -360,10 +361,9 @@ class TableBuilder:
 
     def add_native(self, others: list[Event], native: NativePiece, piece: int = 0) -> None:
         """Add a piece whose complete events the C decoder turned into columns (``others``: the rest)."""
-        self._start_piece(piece, len(others) + len(native.rows))
+        self._start_piece(piece, len(others) + len(native.rows) + len(native.flows))
         self.native_pieces += 1
-        if others:
-            self._add_not_complete(others)
+        self._add_not_complete(others, native)
         self._flush_columns()  # events closed by a "B"/"E" pair above come first, as in ``add``
         self._add_native_complete(native)
         self._flush()
@@ -372,13 +372,15 @@ class TableBuilder:
         self._piece, self._piece_rows = piece, 0
         self.event_count += event_count
 
-    def _add_not_complete(self, others: list[Event]) -> None:
+    def _add_not_complete(self, others: list[Event], native: NativePiece | None = None) -> None:
         memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
         if memory:
             self._add_memory(memory)
         flows = [e for e in others if e.ph in FLOW_PHASES]
         if flows:
             self._add_flows(flows)
+        if native is not None and len(native.flows):
+            self._add_native_flows(native)
         for event in others:
             if event.ph in FLOW_PHASES or (event.name == "[memory]" and event.ph in _INSTANT_PHASES):
                 continue
@@ -644,6 +646,21 @@ class TableBuilder:
         flows["cat"].extend(self.intern_all([e.cat for e in events]))
         flows["binds_enclosing"].extend([1 if e.bp == "e" else 0 for e in events])
 
+    def _add_native_flows(self, native: NativePiece) -> None:
+        """``_add_flows`` for the flows the C decoder read (it left those without a usable ts to Python)."""
+        flows = native.flows
+        self._times["flows"].extend(flows["ts"].tolist())
+        track_ids = np.asarray([self.track(pid, tid) for pid, tid in native.flow_tracks], dtype=np.int32)
+        category_ids = np.asarray(self.intern_all(native.flow_cats), dtype=np.int32)
+        self._flush_columns()  # this piece's flow rows come after any gathered so far
+        table = self._chunks["flows"]
+        table["flow_id"].append(np.ascontiguousarray(flows["id"]))
+        table["phase"].append(np.ascontiguousarray(flows["phase"]))
+        table["ts_ns"].append(np.zeros(len(flows), dtype=np.int64))
+        table["track"].append(track_ids[flows["track"]])
+        table["cat"].append(category_ids[flows["cat"]])
+        table["binds_enclosing"].append(np.ascontiguousarray(flows["binds_enclosing"]))
+
     def _add_other(self, event: Event) -> None:
         phase = event.ph
         if phase == "M":
@@ -795,13 +812,15 @@ class TableBuilder:
         def to_ns(values: np.ndarray) -> np.ndarray:
             return np.rint((values - origin_us) * 1000.0).astype(np.int64)
 
+        # each column's chunks are dropped once joined, and their heap pages handed back before the sort
         columns: dict[str, dict[str, np.ndarray]] = {
             table_name: {
-                column: _concatenate(self._chunks[table_name][column], dtype) for column, dtype in layout.items()
+                column: _concatenate(self._chunks[table_name].pop(column), dtype) for column, dtype in layout.items()
             }
             for table_name, layout in SCHEMA.items()
         }
         self._chunks.clear()
+        release_freed_memory()
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
         events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
@@ -927,9 +946,10 @@ def parse_trace(
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        for piece, decoded in reader.pieces(router.route):
-            if decoded is not None:
-                add_decoded(builder, decoded, piece)
+        with read_buffers_from_heap():
+            for piece, decoded in reader.pieces(router.route):
+                if decoded is not None:
+                    add_decoded(builder, decoded, piece)
         for part in router.finish():
             builder.merge(part)
     except TraceFormatError:
