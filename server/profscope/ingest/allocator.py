@@ -18,7 +18,7 @@ from typing import Any
 
 _M_MMAP_THRESHOLD = -3
 _DIRECT_MAPPING_BYTES = 1 << 20
-_HEAP_READ_BUFFERS_BYTES = 64 << 20
+_HEAP_READ_BUFFERS_BYTES = 32 << 20  # glibc refuses more (DEFAULT_MMAP_THRESHOLD_MAX)
 _mapping_directly = False
 
 

@@ -141,6 +141,8 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
             log.exception("view %s failed for %s", name, request.key)
             view_errors[name] = f"{type(exc).__name__}: {exc}"
             cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    del context  # its call tree and caches: the timeline index needs the room
+    release_freed_memory()
     mark = time.perf_counter()
     _save_timeline_index(cache, request, tables, view_errors)
     phase_s["timeline_index"] = time.perf_counter() - mark
