@@ -4,7 +4,7 @@
  * reader cut and returns, in one pass:
  *   - one fixed-size row (struct Row) per complete ("X") event: times, ids and every args value the
  *     parser reads, strings as ids into small per-piece tables (first occurrence first);
- *   - one row per flow event ("s", "t", "f"), with its own string and track tables;
+ *   - one row per flow event ("s", "t", "f") and per "[memory]" instant, with their own tables;
  *   - the other events ("M", "i", "C", "B", ...) copied out as a JSON array, for the Python parser,
  *     which stays the reference for every rare case;
  *   - the args of events carrying collective args, also for the Python parser.
@@ -36,6 +36,12 @@ typedef struct {
     int32_t name, cat, track, input_dims, input_types, call_stack, grid, block;
     int8_t has_op_args;
 } Row;
+
+typedef struct { /* a "[memory]" instant event: an allocation or free */
+    double ts;
+    int64_t addr, bytes, total_allocated, total_reserved, device_type, device_id;
+    int32_t track;
+} MemoryRow;
 
 typedef struct { /* a flow event: ph "s", "t" or "f" */
     double ts;
@@ -561,6 +567,7 @@ typedef enum {
     AS_NUMBER,    /* int | float | str | None, validated only */
     AS_INT,       /* stored as int64; None -> NO_ID */
     AS_INT32,     /* stored as int64, must fit the table's int32 column */
+    AS_INT8,      /* stored as int64, must fit the table's int8 column */
     AS_FLOAT,     /* stored as float64; None -> NaN */
     AS_RAW,       /* stored as the exact JSON text (msgspec.Raw) */
     AS_STR,       /* str | None */
@@ -587,6 +594,12 @@ enum {
     ARG_PYTHON_ID,
     ARG_PYTHON_PARENT_ID,
     ARG_PYTHON_MODULE_ID,
+    ARG_ADDR,
+    ARG_MEMORY_BYTES,
+    ARG_TOTAL_ALLOCATED,
+    ARG_TOTAL_RESERVED,
+    ARG_DEVICE_TYPE,
+    ARG_DEVICE_ID,
     INT_ARGS
 };
 enum { ARG_BLOCKS_PER_SM, ARG_OCCUPANCY, FLOAT_ARGS };
@@ -615,12 +628,12 @@ static const Field ARGS_FIELDS[] = {
     {"Python id", AS_INT, ARG_PYTHON_ID},
     {"Python parent id", AS_INT, ARG_PYTHON_PARENT_ID},
     {"Python module id", AS_INT, ARG_PYTHON_MODULE_ID},
-    {"Addr", AS_NUMBER, 0},
-    {"Bytes", AS_NUMBER, 0},
-    {"Total Allocated", AS_NUMBER, 0},
-    {"Total Reserved", AS_NUMBER, 0},
-    {"Device Type", AS_NUMBER, 0},
-    {"Device Id", AS_NUMBER, 0},
+    {"Addr", AS_INT, ARG_ADDR},
+    {"Bytes", AS_INT, ARG_MEMORY_BYTES},
+    {"Total Allocated", AS_INT, ARG_TOTAL_ALLOCATED},
+    {"Total Reserved", AS_INT, ARG_TOTAL_RESERVED},
+    {"Device Type", AS_INT8, ARG_DEVICE_TYPE},
+    {"Device Id", AS_INT32, ARG_DEVICE_ID},
     {"name", AS_NUMBER, 0},
     {"sort_index", AS_NUMBER, 0},
     {"labels", AS_NUMBER, 0},
@@ -659,6 +672,7 @@ static int find_field(const Span *key, const char *const *names, size_t stride, 
 /* What one event's keys said, before it is known whether it is a complete event. */
 typedef struct {
     int is_complete;
+    int is_instant; /* ph "i", "I", "R" or "n" */
     int flow_phase; /* 0, 1, 2 for "s", "t", "f"; -1 for any other phase */
     int64_t id;
     int odd_flow_fields; /* a str or float id, an escaped bp: the Python parser's rules apply */
@@ -680,20 +694,20 @@ typedef struct {
 
 typedef struct {
     Cursor cursor;
-    Buffer rows, flows, others;
-    Py_ssize_t row_count, flow_count, other_count;
-    SpanTable names, cats, tracks, call_stacks, raws, flow_cats, flow_tracks;
+    Buffer rows, flows, memory, others;
+    Py_ssize_t row_count, flow_count, memory_count, other_count;
+    SpanTable names, cats, tracks, call_stacks, raws, flow_cats, flow_tracks, memory_tracks;
     PyObject *collectives; /* list of (row, args JSON bytes) */
 } Decoder;
 
-static int store_int(EventFields *event, int slot, const Scalar *value, int int32) {
+static int store_int(EventFields *event, int slot, const Scalar *value, int64_t low, int64_t high) {
     if (value->kind == SCALAR_NULL) return OK;
     if (value->kind != SCALAR_NUMBER || value->number.kind != NUMBER_INT) {
         event->unusual = 1; /* a float, str or big int: Python's coercion rules apply */
         return OK;
     }
     int64_t v = value->number.i;
-    if (int32 && (v < INT32_MIN || v > INT32_MAX)) event->unusual = 1;
+    if (v < low || v > high) event->unusual = 1;
     event->ints[slot] = v;
     event->has_int[slot] = 1;
     return OK;
@@ -740,8 +754,12 @@ static int parse_args(Decoder *decoder, EventFields *event) {
                     }
                 } else if (value.kind == SCALAR_INVALID) {
                     return UNSUPPORTED;
-                } else if (field->type == AS_INT || field->type == AS_INT32) {
-                    store_int(event, field->slot, &value, field->type == AS_INT32);
+                } else if (field->type == AS_INT) {
+                    store_int(event, field->slot, &value, INT64_MIN, INT64_MAX);
+                } else if (field->type == AS_INT32) {
+                    store_int(event, field->slot, &value, INT32_MIN, INT32_MAX);
+                } else if (field->type == AS_INT8) {
+                    store_int(event, field->slot, &value, INT8_MIN, INT8_MAX);
                 } else if (field->type == AS_FLOAT && value.kind != SCALAR_NULL) {
                     if (value.kind != SCALAR_NUMBER || value.number.kind == NUMBER_UNSAFE) event->unusual = 1;
                     event->floats[field->slot] = value.number.d;
@@ -819,6 +837,7 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
                     if (value.kind == SCALAR_STRING && value.string.n == 1) {
                         const char *phase = strchr("stf", value.string.s[0]);
                         event->is_complete = value.string.s[0] == 'X';
+                        event->is_instant = memchr("iIRn", value.string.s[0], 4) != NULL;
                         if (phase != NULL && value.string.s[0] != '\0') event->flow_phase = (int)(phase - "stf");
                     }
                     break;
@@ -924,6 +943,24 @@ static int add_complete_row(Decoder *decoder, EventFields *event) {
     return buffer_append(&decoder->rows, &row, sizeof(row));
 }
 
+static int add_memory_row(Decoder *decoder, const EventFields *event) {
+    MemoryRow row;
+    memset(&row, 0, sizeof(row));
+    const int64_t *ints = event->ints;
+    const int *has = event->has_int;
+    row.ts = event->ts;
+    row.addr = has[ARG_ADDR] ? ints[ARG_ADDR] : NO_ID;
+    row.bytes = has[ARG_MEMORY_BYTES] ? ints[ARG_MEMORY_BYTES] : 0; /* the Python parser's default here */
+    row.total_allocated = has[ARG_TOTAL_ALLOCATED] ? ints[ARG_TOTAL_ALLOCATED] : NO_ID;
+    row.total_reserved = has[ARG_TOTAL_RESERVED] ? ints[ARG_TOTAL_RESERVED] : NO_ID;
+    row.device_type = has[ARG_DEVICE_TYPE] ? ints[ARG_DEVICE_TYPE] : NO_ID;
+    row.device_id = has[ARG_DEVICE_ID] ? ints[ARG_DEVICE_ID] : NO_ID;
+    row.track = track_id(&decoder->memory_tracks, event);
+    if (PyErr_Occurred()) return NO_MEMORY;
+    decoder->memory_count++;
+    return buffer_append(&decoder->memory, &row, sizeof(row));
+}
+
 static int add_flow_row(Decoder *decoder, const EventFields *event) {
     FlowRow row;
     memset(&row, 0, sizeof(row));
@@ -948,6 +985,11 @@ static int parse_event(Decoder *decoder) {
     event.floats[ARG_BLOCKS_PER_SM] = event.floats[ARG_OCCUPANCY] = NAN;
     const unsigned char *start = decoder->cursor.p;
     if (parse_event_fields(decoder, &event) != OK) return UNSUPPORTED;
+    if (event.is_instant && event.name.escaped) return UNSUPPORTED; /* is it "[memory]"? Python decides */
+    if (event.is_instant && event.name.n == 8 && memcmp(event.name.s, "[memory]", 8) == 0) {
+        if (event.unusual || !event.has_ts) return UNSUPPORTED; /* coercions and warnings: Python's */
+        return add_memory_row(decoder, &event);
+    }
     if (event.flow_phase >= 0) { /* a flow with a bad time or odd types stays the Python parser's */
         if (event.unusual || event.odd_flow_fields || !event.has_ts) return UNSUPPORTED;
         return add_flow_row(decoder, &event);
@@ -998,6 +1040,8 @@ static void decoder_free(Decoder *decoder) {
     free(decoder->flows.data);
     table_free(&decoder->flow_cats);
     table_free(&decoder->flow_tracks);
+    free(decoder->memory.data);
+    table_free(&decoder->memory_tracks);
     table_free(&decoder->names);
     table_free(&decoder->cats);
     table_free(&decoder->tracks);
@@ -1017,7 +1061,8 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
     if (table_init(&decoder.names, VALUE_STRING) || table_init(&decoder.cats, VALUE_STRING) ||
         table_init(&decoder.tracks, VALUE_TRACK) || table_init(&decoder.call_stacks, VALUE_STRING) ||
         table_init(&decoder.raws, VALUE_BYTES) || table_init(&decoder.flow_cats, VALUE_STRING) ||
-        table_init(&decoder.flow_tracks, VALUE_TRACK) || (decoder.collectives = PyList_New(0)) == NULL) {
+        table_init(&decoder.flow_tracks, VALUE_TRACK) || table_init(&decoder.memory_tracks, VALUE_TRACK) ||
+        (decoder.collectives = PyList_New(0)) == NULL) {
         status = NO_MEMORY;
     } else {
         status = parse_piece(&decoder);
@@ -1025,14 +1070,16 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
     PyObject *result = NULL;
     if (status == OK && decoder.other_count) status = buffer_append(&decoder.others, "]", 1);
     if (status == OK) {
-        result = Py_BuildValue("(y#ny#ny#nOOOOOOOO)", decoder.rows.data ? decoder.rows.data : "",
+        result = Py_BuildValue("(y#ny#ny#ny#nOOOOOOOOO)", decoder.rows.data ? decoder.rows.data : "",
                                (Py_ssize_t)decoder.rows.len, decoder.row_count,
+                               decoder.memory.data ? decoder.memory.data : "", (Py_ssize_t)decoder.memory.len,
+                               decoder.memory_count,
                                decoder.flows.data ? decoder.flows.data : "", (Py_ssize_t)decoder.flows.len,
                                decoder.flow_count, decoder.others.data ? decoder.others.data : "",
                                (Py_ssize_t)decoder.others.len, decoder.other_count, decoder.names.values,
                                decoder.cats.values, decoder.tracks.values, decoder.call_stacks.values,
                                decoder.raws.values, decoder.collectives, decoder.flow_cats.values,
-                               decoder.flow_tracks.values);
+                               decoder.flow_tracks.values, decoder.memory_tracks.values);
     } else if (PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_MemoryError)) { /* e.g. a str the UTF-8 check let through */
             PyErr_Clear();
@@ -1084,9 +1131,17 @@ static PyObject *flow_fields(void) {
                          (Py_ssize_t)offsetof(FlowRow, binds_enclosing));
 }
 
+static PyObject *memory_fields(void) {
+#define FIELD(name, type) (#name), (type), (Py_ssize_t)offsetof(MemoryRow, name)
+    return Py_BuildValue("[(ssn)(ssn)(ssn)(ssn)(ssn)(ssn)(ssn)(ssn)]", FIELD(ts, "f8"), FIELD(addr, "i8"),
+                         FIELD(bytes, "i8"), FIELD(total_allocated, "i8"), FIELD(total_reserved, "i8"),
+                         FIELD(device_type, "i8"), FIELD(device_id, "i8"), FIELD(track, "i4"));
+#undef FIELD
+}
+
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_O,
-     "decode(piece) -> tuple | None: the columns of a piece's complete and flow events and its other events "
+     "decode(piece) -> tuple | None: the columns of a piece's complete, memory and flow events and its other events "
      "as JSON, or None if the piece needs the Python parser."},
     {NULL, NULL, 0, NULL},
 };
@@ -1101,6 +1156,13 @@ PyMODINIT_FUNC PyInit__native_events(void) {
     if (fields == NULL || PyModule_AddObject(module, "ROW_FIELDS", fields) < 0 ||
         PyModule_AddIntConstant(module, "ROW_SIZE", (long)sizeof(Row)) < 0) {
         Py_XDECREF(fields);
+        Py_DECREF(module);
+        return NULL;
+    }
+    PyObject *memory = memory_fields();
+    if (memory == NULL || PyModule_AddObject(module, "MEMORY_FIELDS", memory) < 0 ||
+        PyModule_AddIntConstant(module, "MEMORY_SIZE", (long)sizeof(MemoryRow)) < 0) {
+        Py_XDECREF(memory);
         Py_DECREF(module);
         return NULL;
     }

@@ -361,7 +361,7 @@ class TableBuilder:
 
     def add_native(self, others: list[Event], native: NativePiece, piece: int = 0) -> None:
         """Add a piece whose complete events the C decoder turned into columns (``others``: the rest)."""
-        self._start_piece(piece, len(others) + len(native.rows) + len(native.flows))
+        self._start_piece(piece, len(others) + len(native.rows) + len(native.flows) + len(native.memory))
         self.native_pieces += 1
         self._add_not_complete(others, native)
         self._flush_columns()  # events closed by a "B"/"E" pair above come first, as in ``add``
@@ -376,6 +376,8 @@ class TableBuilder:
         memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
         if memory:
             self._add_memory(memory)
+        if native is not None and len(native.memory):
+            self._add_native_memory(native)
         flows = [e for e in others if e.ph in FLOW_PHASES]
         if flows:
             self._add_flows(flows)
@@ -645,6 +647,18 @@ class TableBuilder:
         flows["track"].extend(self.tracks_of(events))
         flows["cat"].extend(self.intern_all([e.cat for e in events]))
         flows["binds_enclosing"].extend([1 if e.bp == "e" else 0 for e in events])
+
+    def _add_native_memory(self, native: NativePiece) -> None:
+        """``_add_memory`` for the memory events the C decoder read (odd ones it left to Python)."""
+        memory = native.memory
+        self._times["memory"].extend(memory["ts"].tolist())
+        track_ids = np.asarray([self.track(pid, tid) for pid, tid in native.memory_tracks], dtype=np.int32)
+        self._flush_columns()  # this piece's memory rows come after any gathered so far
+        table = self._chunks["memory"]
+        table["ts_ns"].append(np.zeros(len(memory), dtype=np.int64))
+        table["track"].append(track_ids[memory["track"]])
+        for column in ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"):
+            table[column].append(np.ascontiguousarray(memory[column]))
 
     def _add_native_flows(self, native: NativePiece) -> None:
         """``_add_flows`` for the flows the C decoder read (it left those without a usable ts to Python)."""

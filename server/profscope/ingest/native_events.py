@@ -2,8 +2,8 @@
 
 A piece of a big trace is mostly complete ("X") events; msgspec decoding them into ``Event`` objects
 and Python reading each field back into columns cost ~4-5 µs per event. The extension reads the
-piece's bytes once and writes the same columns (~0.2 µs per event), flows included, leaving the other events (metadata,
-memory, counters, instants, ``B``/``E``) and collective args, as JSON, to the Python parser. It gives up
+piece's bytes once and writes the same columns (~0.2 µs per event), flows and memory events included, leaving the other
+events (metadata, counters, instants, ``B``/``E``) and collective args, as JSON, to the Python parser. It gives up
 (returns None) on anything it does not handle exactly as the Python parser would, which then decodes
 the whole piece: the Python parser stays the reference, and a test checks both give identical tables.
 
@@ -40,6 +40,7 @@ def _row_dtype(fields: list[tuple[str, str, int]], size: int) -> np.dtype:
 if _native_events is not None:
     ROW_DTYPE = _row_dtype(_native_events.ROW_FIELDS, _native_events.ROW_SIZE)
     FLOW_DTYPE = _row_dtype(_native_events.FLOW_FIELDS, _native_events.FLOW_SIZE)
+    MEMORY_DTYPE = _row_dtype(_native_events.MEMORY_FIELDS, _native_events.MEMORY_SIZE)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class NativePiece:
 
     rows: np.ndarray  # one structured row per complete event, fields as in ROW_DTYPE
     flows: np.ndarray  # one structured row per flow event (ph s / t / f), fields as in FLOW_DTYPE
+    memory: np.ndarray  # one structured row per "[memory]" instant, fields as in MEMORY_DTYPE
     others: bytes  # the piece's other events, as a JSON array (b"" if none)
     other_count: int
     names: list[str]
@@ -58,6 +60,7 @@ class NativePiece:
     collectives: list[tuple[int, bytes]]  # (row, args JSON) of events with collective args
     flow_cats: list[str]  # the flows' own tables: the Python parser interns them before the others'
     flow_tracks: list[tuple[Any, Any]]
+    memory_tracks: list[tuple[Any, Any]]  # memory events' tracks come first of all in the Python parser
 
 
 def decode(piece: bytes) -> NativePiece | None:
@@ -67,11 +70,12 @@ def decode(piece: bytes) -> NativePiece | None:
     result = _native_events.decode(piece)
     if result is None:
         return None
-    rows, row_count, flows, flow_count, others, other_count, *tables = result
-    names, cats, tracks, call_stacks, raws, collectives, flow_cats, flow_tracks = tables
+    rows, row_count, memory, memory_count, flows, flow_count, others, other_count, *tables = result
+    names, cats, tracks, call_stacks, raws, collectives, flow_cats, flow_tracks, memory_tracks = tables
     return NativePiece(
         rows=np.frombuffer(rows, dtype=ROW_DTYPE, count=row_count),
         flows=np.frombuffer(flows, dtype=FLOW_DTYPE, count=flow_count),
+        memory=np.frombuffer(memory, dtype=MEMORY_DTYPE, count=memory_count),
         others=others,
         other_count=other_count,
         names=names,
@@ -82,4 +86,5 @@ def decode(piece: bytes) -> NativePiece | None:
         collectives=collectives,
         flow_cats=flow_cats,
         flow_tracks=flow_tracks,
+        memory_tracks=memory_tracks,
     )
