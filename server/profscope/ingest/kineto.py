@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -874,8 +875,14 @@ def _column(values: list[Any], dtype: str) -> np.ndarray:
 
 def _fitting(value: int, dtype: str) -> int:
     """``value``, or NO_ID if an integer column of ``dtype`` cannot hold it."""
+    low, high = _integer_range(dtype)
+    return value if low <= value <= high else NO_ID
+
+
+@cache
+def _integer_range(dtype: str) -> tuple[int, int]:
     limits = np.iinfo(dtype)
-    return value if limits.min <= value <= limits.max else NO_ID
+    return int(limits.min), int(limits.max)
 
 
 def _intern_first_seen(local_ids: np.ndarray, values: list[Any], intern: Callable[[Any], int]) -> np.ndarray:
