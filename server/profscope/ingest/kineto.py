@@ -504,18 +504,19 @@ class TableBuilder:
         if len(python):
             table = self._chunks["python"]
             table["event"].append(first_row + python)
-            table["python_id"].append(rows["python_id"][python])
+            table["python_id"].append(rows["python_id"][python])  # fancy indexing: copies, not views
             table["parent_id"].append(rows["python_parent_id"][python])
             table["module_id"].append(rows["python_module_id"][python])
         for row, args in native.collectives:
             self._add_collective_args(first_row + row, _ARGS_DECODER.decode(args))
 
     def _add_native_kernels(self, event_rows: np.ndarray, rows: np.ndarray, raws: list[bytes]) -> None:
+        # each column is copied out of the structured rows: a view would keep all 168 bytes of a row alive
         kernels = self._chunks["kernels"]
         kernels["event"].append(event_rows)
         for column in ("device", "stream", "registers_per_thread", "shared_memory", "blocks_per_sm", "bytes"):
-            kernels[column].append(rows[column])
-        kernels["est_occupancy_pct"].append(rows["occupancy"])
+            kernels[column].append(np.ascontiguousarray(rows[column]))
+        kernels["est_occupancy_pct"].append(np.ascontiguousarray(rows["occupancy"]))
         for field in ("grid", "block"):
             local_ids = rows[field]
             # one (x, y, z) per raw value the rows use; the extra last row, NO_ID x 3, is for "absent"
@@ -524,7 +525,7 @@ class TableBuilder:
                 triples[local_id] = [_fitting(v, "i4") for v in self.triple(raws[local_id])]
             values = triples[local_ids]
             for axis, suffix in enumerate(("x", "y", "z")):
-                kernels[f"{field}_{suffix}"].append(values[:, axis])
+                kernels[f"{field}_{suffix}"].append(np.ascontiguousarray(values[:, axis]))
 
     def _add_native_ops(self, event_rows: np.ndarray, rows: np.ndarray, native: NativePiece) -> None:
         ops = self._chunks["ops"]
@@ -532,8 +533,8 @@ class TableBuilder:
         ops["input_dims"].append(_intern_first_seen(rows["input_dims"], native.raws, self.raw_string))
         ops["input_types"].append(_intern_first_seen(rows["input_types"], native.raws, self.raw_string))
         ops["call_stack"].append(_intern_first_seen(rows["call_stack"], native.call_stacks, self._intern_stack))
-        ops["sequence_number"].append(rows["sequence_number"])
-        ops["fwd_thread"].append(rows["fwd_thread"])
+        ops["sequence_number"].append(np.ascontiguousarray(rows["sequence_number"]))
+        ops["fwd_thread"].append(np.ascontiguousarray(rows["fwd_thread"]))
 
     def _intern_stack(self, call_stack: str) -> int:
         return self.strings.intern(call_stack) if call_stack else NO_ID
