@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 import pytest
@@ -150,6 +152,13 @@ RAW_EDGE_CASES = {
     + b"}]}",
     "literals": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "x": [true, false, null, {}]}]}',
     "bad literal": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "x": nul}]}',
+    # msgspec refuses floats beyond the double range even in keys nobody reads (found by mutation)
+    "overflowing float where nobody reads it": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1,'
+    b' "args": {"extra": [1e400]}}]}',
+    "long overflowing float": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "x": 1'
+    + b"0" * 400
+    + b".0}]}",
+    "long float": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1.' + b"5" * 100 + b', "dur": 1}]}',
 }
 EVENT_EDGE_CASES = {
     "plain": [GOOD, KERNEL],
@@ -326,6 +335,38 @@ def test_the_plain_case_is_decoded_natively() -> None:
     _, native = _parse_both(_trace(*EVENT_EDGE_CASES["plain"]))
     assert native.meta["pieces"]["decoded_natively"] == 1
     assert native.row_count("kernels") == 1 and native.row_count("ops") == 1
+
+
+def test_mutated_pieces_are_decoded_only_when_msgspec_reads_them_and_alike() -> None:
+    # a small fuzzer: random edits of real events; the extension must never accept what msgspec
+    # refuses (the reader relies on a failed decode to find a wrong cut), and what it accepts must
+    # give the Python parser's tables
+    data = gzip.decompress(corpus_file(NSRES).read_bytes())
+    start = data.index(b"[", data.index(b"traceEvents"))
+    events = data[start : start + 20_000]
+    events = events[: events.rindex(b"},") + 1] + b"]"
+    rng = random.Random(20261124)
+    alphabet = b'{}[]",:\\0123456789.eE-+ tfnulX\x00\xff\xc3\xa9'
+    accepted = 0
+    for _ in range(3000):
+        mutated = bytearray(events)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(mutated))
+            edit = rng.random()
+            if edit < 0.4:
+                mutated[at] = rng.choice(alphabet)
+            elif edit < 0.7:
+                del mutated[at : at + rng.randint(1, 20)]
+            else:
+                mutated[at:at] = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 5)))
+        piece = bytes(mutated)
+        if native_events.decode(piece) is None:
+            continue
+        accepted += 1
+        msgspec.json.decode(piece)  # raises if msgspec refuses what the extension accepted
+        if accepted % 25 == 0:
+            _parse_both(b'{"traceEvents": ' + piece + b"}")
+    assert accepted > 100
 
 
 def test_what_the_decoder_gives_up_on() -> None:

@@ -385,7 +385,7 @@ static PyObject *track_part_value(const unsigned char *s, Py_ssize_t n) {
 typedef enum { NUMBER_INT, NUMBER_FLOAT, NUMBER_UNSAFE } NumberKind;
 
 typedef struct {
-    NumberKind kind; /* NUMBER_UNSAFE: valid JSON, but a big int or a float not converted here */
+    NumberKind kind; /* NUMBER_UNSAFE: valid JSON, but an int too big for the int64 columns */
     int64_t i;
     double d; /* the value as a float (ints too), as Python's float() would give it */
 } Number;
@@ -462,21 +462,19 @@ static int scan_number(Cursor *c, Number *out) {
         }
     }
 #endif
-    char text[64];
-    if (p - start >= (Py_ssize_t)sizeof(text)) {
-        out->kind = NUMBER_UNSAFE;
-        return OK;
-    }
-    memcpy(text, start, (size_t)(p - start));
-    text[p - start] = '\0';
+    char short_text[64], *text = short_text;
+    size_t length = (size_t)(p - start);
+    if (length >= sizeof(short_text) && (text = malloc(length + 1)) == NULL) return UNSUPPORTED;
+    memcpy(text, start, length);
+    text[length] = '\0';
     out->d = PyOS_string_to_double(text, NULL, NULL); /* correctly rounded, locale independent */
+    if (text != short_text) free(text);
     if (out->d == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
-        out->kind = NUMBER_UNSAFE;
-    } else if (!isfinite(out->d)) {
-        out->kind = NUMBER_UNSAFE;
+        return UNSUPPORTED;
     }
-    return OK;
+    /* msgspec refuses a float beyond the double range ("Number out of range"), even where it is skipped */
+    return isfinite(out->d) ? OK : UNSUPPORTED;
 }
 
 static int skip_value(Cursor *c, int depth);
