@@ -18,7 +18,16 @@ COPY pyproject.toml ./
 RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > requirements.txt \
     && /opt/profscope/bin/pip install --no-cache-dir -r requirements.txt
-COPY README.md ./
+# A C compiler for profscope's optional C parts (trace decoder, call-tree sweep), in this stage only.
+# Without one (no apt-get, no package mirror) pip builds the pure-Python fallback: same results, slower.
+# hadolint ignore=DL3008,SC2086
+RUN pkgs="gcc libc6-dev"; \
+    python3 -c "import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
+        || pkgs="$pkgs python3-dev"; \
+    if command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; \
+    then echo "profscope: compiling its C parts"; \
+    else echo "profscope: no C compiler, pure-Python parser"; fi
+COPY README.md setup.py ./
 COPY server ./server
 COPY web ./web
 # A regular (non-editable) install of the package itself; dependencies are already there.

@@ -88,8 +88,10 @@ def _tree_rss_kb(root_pid: int) -> int:
 
 
 def timed(command: list[str]) -> dict:
-    """Run under /usr/bin/time -v; wall seconds, peak RSS of the largest process (GNU time) and the
-    peak of all its processes together (sampled every 50 ms from /proc: helpers count too)."""
+    """Run under /usr/bin/time -v; wall seconds, user + system CPU seconds (less sensitive than wall time
+    to other work on the machine), peak RSS of the largest process (GNU time), the peak of all its
+    processes together (sampled every 50 ms from /proc: helpers count too) and the load average."""
+    load_before = os.getloadavg()[0]
     process = subprocess.Popen(
         ["/usr/bin/time", "-v", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -101,16 +103,28 @@ def timed(command: list[str]) -> dict:
     completed = subprocess.CompletedProcess(command, process.returncode, stdout, report)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", report)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
+    cpu = re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", report)
     if completed.returncode != 0 or not wall or not rss:
         return {"error": (completed.stdout + report)[-2000:]}
     parts = [float(p) for p in wall.group(1).split(":")]
     seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
     return {
         "wall_s": seconds,
+        "cpu_s": sum(float(c) for c in cpu),
+        "load_1min": [load_before, os.getloadavg()[0]],
         "peak_rss_mb": int(rss.group(1)) / 1024,
         "peak_tree_rss_mb": tree_peak_kb / 1024,
         "stdout": completed.stdout[-4000:],
     }
+
+
+def ingest_report(stdout: str) -> dict:
+    """profscope ingest's own report: the decoder used, parse and per-view seconds ({} for the peers)."""
+    try:
+        report = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    return {key: report[key] for key in ("decoder", "parse_s", "phase_s") if key in report}
 
 
 def tool_command(tool: str, trace: Path, cache_dir: Path) -> list[str]:
@@ -175,9 +189,12 @@ def main() -> int:
                     "uncompressed_mb": size_mb,
                     "runs": len(ok),
                     "wall_s": statistics.median(m["wall_s"] for m in ok) if ok else None,
+                    "cpu_s": statistics.median(m["cpu_s"] for m in ok) if ok else None,
+                    "load_1min": [m["load_1min"] for m in ok],
                     "peak_rss_mb": statistics.median(m["peak_rss_mb"] for m in ok) if ok else None,
                     "peak_tree_rss_mb": statistics.median(m["peak_tree_rss_mb"] for m in ok) if ok else None,
                     "error": None if ok else measured[-1]["error"],
+                    "report": ingest_report(ok[-1]["stdout"]) if ok and tool == "profscope" else {},
                 }
                 rows.append(row)
                 results.write(json.dumps(row) + "\n")

@@ -74,7 +74,7 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
     kept = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
     copied = {part.rstrip("/").removeprefix("./") for line in re.findall(r"^COPY (?!--from)(.+) \S+$",
               _dockerfile(), re.M) for part in line.split()}  # fmt: skip
-    assert copied == kept == {"pyproject.toml", "README.md", "server", "web"}
+    assert copied == kept == {"pyproject.toml", "setup.py", "README.md", "server", "web"}
 
 
 # ---- docker compose -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The wheel carries the web assets and the demo run, so an installed profscope needs nothing else."""
+"""The wheel carries the web assets, the demo run and the compiled decoder: nothing else is needed."""
 
 from __future__ import annotations
 
@@ -33,5 +33,7 @@ def test_wheel_ships_templates_static_files_and_demo(tmp_path: Path) -> None:
     assert "profscope/web/static/css/profscope.css" in names
     assert any(n.startswith("profscope/web/static/js/pages/") for n in names)
     assert any(n.startswith("profscope/demo/traces/demo_run/") and n.endswith(".pt.trace.json.gz") for n in names)
+    # the C decoder, compiled when the machine has a compiler (every machine that runs these tests does)
+    assert any(n.startswith("profscope/ingest/_native_events.") and n.endswith(".so") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "profscope = profscope.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -25,6 +25,11 @@ from profscope.analysis import names as rules
 from profscope.analysis.arrays import lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
+try:
+    from profscope.analysis import _call_tree_sweep
+except ImportError:  # built without a compiler (the extension is optional): the same sweep in Python
+    _call_tree_sweep = None
+
 _SWEEP_BLOCK = 1 << 17
 ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's CallTreeRoot
 UNLINKED = -2  # no launching runtime / op could be found
@@ -233,8 +238,7 @@ def _nest(
     """Parent node of each host row, and the innermost enclosing node of each runtime row.
 
     Host rows and runtime calls are swept together per thread in (start, longest first) order with
-    a stack of open ops; runtime calls are leaves. The sweep reads the sorted columns in blocks so
-    that only one block at a time exists as Python objects.
+    a stack of open ops; runtime calls are leaves.
     """
     node_count = len(rows)
     all_rows = np.concatenate([rows, runtime_rows])
@@ -244,6 +248,26 @@ def _nest(
     order = np.lexsort((np.arange(len(all_rows)), -durations, starts, tracks))
     starts, ends, tracks = starts[order], (starts + durations)[order], tracks[order]
     del durations, all_rows
+    if _call_tree_sweep is not None:
+        swept, dropped = _call_tree_sweep.sweep(
+            order, starts, ends, tracks.astype(np.int64), node_count, ROOT, UNLINKED
+        )
+        found = np.frombuffer(swept, dtype=np.int64)
+    else:
+        found, dropped = _sweep(order, starts, ends, tracks, node_count)
+    result = np.empty(len(order), dtype=np.int64)
+    result[order] = found
+    return result[:node_count], dropped, result[node_count:]
+
+
+def _sweep(
+    order: np.ndarray, starts: np.ndarray, ends: np.ndarray, tracks: np.ndarray, node_count: int
+) -> tuple[np.ndarray, int]:
+    """The enclosing node of each position (ROOT / UNLINKED), and how many ops were UNLINKED.
+
+    Reads the sorted columns in blocks so that only one block at a time exists as Python objects;
+    ``_call_tree_sweep`` (C) does the same loop when it was compiled.
+    """
     found = np.empty(len(order), dtype=np.int64)
     stack_items: list[int] = []
     stack_ends: list[int] = []
@@ -270,6 +294,4 @@ def _nest(
                 stack_items.append(item)
                 stack_ends.append(stop)
         found[part] = out
-    result = np.empty(len(order), dtype=np.int64)
-    result[order] = found
-    return result[:node_count], dropped, result[node_count:]
+    return found, dropped

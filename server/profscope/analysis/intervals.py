@@ -44,16 +44,25 @@ def _coverage_segments(a: IntervalSet, b: IntervalSet, want_a: bool, want_b: boo
     delta_b = np.concatenate([np.zeros(len(a[0]) * 2), np.ones(len(b[0])), -np.ones(len(b[1]))]).astype(np.int64)
     order = np.argsort(points, kind="stable")
     points, delta_a, delta_b = points[order], delta_a[order], delta_b[order]
-    unique_points, first_index = np.unique(points, return_index=True)
+    unique_points, last_index = _last_of_each_value(points)
     cum_a = np.cumsum(delta_a)
     cum_b = np.cumsum(delta_b)
     # coverage after all deltas at each unique point
-    last_index = np.append(first_index[1:] - 1, len(points) - 1)
     in_a = cum_a[last_index] > 0
     in_b = cum_b[last_index] > 0
     selected = (in_a == want_a) & ((in_b == want_b) if need_b else True)
     selected = selected[:-1]
     return merge(unique_points[:-1][selected], unique_points[1:][selected])
+
+
+def _last_of_each_value(sorted_points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of a sorted array and the index of each one's last occurrence.
+
+    ``np.unique`` would sort the already sorted points again: at 1 GB that was most of the overview.
+    """
+    last = np.flatnonzero(sorted_points[1:] != sorted_points[:-1])
+    last_index = np.append(last, len(sorted_points) - 1)
+    return sorted_points[last_index], last_index
 
 
 def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
@@ -110,9 +119,8 @@ def weighted_coverage(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, 
     deltas = np.concatenate([values, -values])
     order = np.argsort(points, kind="stable")
     points, deltas = points[order], deltas[order]
-    unique_points, first_index = np.unique(points, return_index=True)
+    unique_points, last_index = _last_of_each_value(points)
     level = np.cumsum(deltas)
-    last_index = np.append(first_index[1:] - 1, len(points) - 1)
     level_after = level[last_index][:-1]
     seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
     positive = level_after > 1e-12

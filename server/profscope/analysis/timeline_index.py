@@ -86,7 +86,7 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     events = tables.events
     start = np.asarray(events["ts_ns"], dtype=np.int64)
     end = start + np.maximum(np.asarray(events["dur_ns"], dtype=np.int64), 0)
-    track = np.asarray(events["track"], dtype=np.int64)
+    track = np.asarray(events["track"])
     kind = np.asarray(events["kind"])
     names = np.asarray(events["name"])
 
@@ -128,11 +128,11 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
     lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
     lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
-    raw_lane = np.repeat(np.arange(len(lane_rows), dtype=np.int64), np.diff(lane_offsets))
     raw_start, raw_end = start[raw_event], end[raw_event]
     stride = int(end.max(initial=0)) + 2
     if len(lane_rows) and stride * (len(lane_rows) + 1) >= 2**62:
         raise ValueError("trace too long to index for the timeline")
+    lane_base = np.repeat(np.arange(len(lane_rows), dtype=np.int64) * stride, np.diff(lane_offsets))
     busy_cum = np.zeros(len(raw_event) + 1, dtype=np.int64)
     np.cumsum(raw_end - raw_start, out=busy_cum[1:])
 
@@ -141,18 +141,21 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
         "lane_track": np.asarray(lane_track, dtype=np.int32),
         "lane_depth": np.asarray(lane_depth, dtype=np.int32),
         "raw_event": raw_event,
-        "raw_start_key": raw_lane * stride + raw_start,
-        "raw_end_key": raw_lane * stride + raw_end,
+        "raw_start_key": lane_base + raw_start,
+        "raw_end_key": lane_base + raw_end,
         "busy_cum": busy_cum,
         "event_depth": depth,
     }
-    levels, thresholds = _build_levels(arrays, raw_start, raw_end, names[raw_event], int(end.max(initial=0)))
+    del lane_base
     series = _counter_series(tables, tracks, groups, kind, start, end)
     arrays.update(series.pop("arrays"))
+    duration_ns = int(end.max(initial=0))
+    del start, end  # the levels' temporaries need the room
+    levels, thresholds = _build_levels(arrays, raw_start, raw_end, names[raw_event], duration_ns)
     info = {
         "version": INDEX_VERSION,
         "stride": stride,
-        "duration_ns": int(end.max(initial=0)),
+        "duration_ns": duration_ns,
         "levels": [level for level, _ in levels],
         "thresholds_ns": thresholds,
         "groups": groups,

@@ -12,7 +12,6 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
 from profscope.catalog import TraceFile
+from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
 from profscope.sources import Source, SourceError
@@ -145,6 +145,8 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
             log.exception("view %s failed for %s", name, request.key)
             view_errors[name] = f"{type(exc).__name__}: {exc}"
             cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    del context  # its call tree and caches: the timeline index needs the room
+    release_freed_memory()
     mark = time.perf_counter()
     _save_timeline_index(cache, request, tables, view_errors)
     phase_s["timeline_index"] = time.perf_counter() - mark
@@ -155,6 +157,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "memory_events": int(tables.row_count("memory")),
         "warnings": tables.meta.get("warnings", []),
         "pieces": tables.meta.get("pieces"),
+        "decoder": tables.meta.get("decoder"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,
@@ -178,34 +181,6 @@ def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any,
         log.exception("timeline index failed for %s", request.key)
         view_errors["timeline"] = f"{type(exc).__name__}: {exc}"
         cache.write_view(request.cache_key, "timeline", {"error": view_errors["timeline"]})
-
-
-def _libc() -> Any:
-    import ctypes
-    import ctypes.util
-
-    library = ctypes.util.find_library("c")
-    return ctypes.CDLL(library) if library else None
-
-
-def release_freed_memory() -> None:
-    """Return freed heap pages to the OS (glibc keeps them otherwise), keeping peak memory down."""
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        _libc().malloc_trim(0)
-
-
-def map_large_arrays_directly() -> None:
-    """Make glibc serve every allocation over 1 MiB (numpy columns) with its own mmap, returned on free.
-
-    By default glibc raises that threshold after large frees, so later arrays come from the heap and
-    a parse's temporaries stay resident: peak memory then grows with every analysis step.
-    """
-    m_mmap_threshold = -3
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().mallopt(m_mmap_threshold, 1 << 20)
 
 
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:

@@ -14,13 +14,17 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
 import msgspec
 import numpy as np
 
+from profscope.ingest import native_events
+from profscope.ingest.allocator import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
+from profscope.ingest.native_events import NativePiece
 from profscope.tables import (
     EVENT_ROW_TABLES,
     FLOW_PHASES,
@@ -131,11 +135,14 @@ class Event(msgspec.Struct, gc=False):
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_ARGS_DECODER = msgspec.json.Decoder(Args)
 _EMPTY_ARGS = Args()
 _NO_TRIPLE = (NO_ID, NO_ID, NO_ID)
 _INSTANT_PHASES = frozenset(("i", "I", "R", "n"))
 _DEVICE_KINDS = frozenset((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
 _HOST_KINDS = frozenset((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+_DEVICE_KIND_IDS = np.array(sorted(_DEVICE_KINDS), dtype=np.int8)
+_HOST_KIND_IDS = np.array(sorted(_HOST_KINDS), dtype=np.int8)
 _SKIPPED_TS = "events without a usable 'ts' were skipped"
 _UNMATCHED_BEGIN = "'B' events without a matching 'E' were skipped"
 _TIMED_SIDE_TABLES = ("memory", "flows", "counters", "instants")  # sorted by time, then file order
@@ -290,6 +297,7 @@ class TableBuilder:
         self._open_begins: dict[int, list[tuple[float, Event]]] = {}
         self.event_count = 0
         self.non_event_items = 0
+        self.native_pieces = 0  # pieces whose complete events the C decoder read
 
     def warn(self, message: str) -> None:
         self.warnings[message] = self.warnings.get(message, 0) + 1
@@ -345,23 +353,41 @@ class TableBuilder:
         ``piece`` is the piece's position in the file: with the position inside it, it orders events
         that start at the same time and last as long, whichever process decoded them.
         """
-        self._piece, self._piece_rows = piece, 0
-        self.event_count += len(events)
+        self._start_piece(piece, len(events))
         complete = [e for e in events if e.ph == "X"]
         if len(complete) != len(events):
-            others = [e for e in events if e.ph != "X"]
-            memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
-            if memory:
-                self._add_memory(memory)
-            flows = [e for e in others if e.ph in FLOW_PHASES]
-            if flows:
-                self._add_flows(flows)
-            for event in others:
-                if event.ph in FLOW_PHASES or (event.name == "[memory]" and event.ph in _INSTANT_PHASES):
-                    continue
-                self._add_other(event)
+            self._add_not_complete([e for e in events if e.ph != "X"])
         self._add_complete(complete)
         self._flush()
+
+    def add_native(self, others: list[Event], native: NativePiece, piece: int = 0) -> None:
+        """Add a piece whose complete events the C decoder turned into columns (``others``: the rest)."""
+        self._start_piece(piece, len(others) + len(native.rows) + len(native.flows) + len(native.memory))
+        self.native_pieces += 1
+        self._add_not_complete(others, native)
+        self._flush_columns()  # events closed by a "B"/"E" pair above come first, as in ``add``
+        self._add_native_complete(native)
+        self._flush()
+
+    def _start_piece(self, piece: int, event_count: int) -> None:
+        self._piece, self._piece_rows = piece, 0
+        self.event_count += event_count
+
+    def _add_not_complete(self, others: list[Event], native: NativePiece | None = None) -> None:
+        memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
+        if memory:
+            self._add_memory(memory)
+        if native is not None and len(native.memory):
+            self._add_native_memory(native)
+        flows = [e for e in others if e.ph in FLOW_PHASES]
+        if flows:
+            self._add_flows(flows)
+        if native is not None and len(native.flows):
+            self._add_native_flows(native)
+        for event in others:
+            if event.ph in FLOW_PHASES or (event.name == "[memory]" and event.ph in _INSTANT_PHASES):
+                continue
+            self._add_other(event)
 
     def _flush(self) -> None:
         for table_name in _TIMED_SIDE_TABLES:
@@ -371,15 +397,19 @@ class TableBuilder:
                     (self._piece << 32) + (1 << 31) + self._piece_rows + np.arange(added, dtype=np.int64)
                 )
                 self._piece_rows += added
+        self._flush_columns()
+        for table_name, times in self._times.items():
+            if times:
+                self._time_chunks[table_name].append(np.asarray(times, dtype=np.float64))
+                times.clear()
+
+    def _flush_columns(self) -> None:
+        """Turn the column lists gathered so far into numpy chunks (times stay until ``_flush``)."""
         for table_name, layout in SCHEMA.items():
             for column, values in self.lists[table_name].items():
                 if values:
                     self._chunks[table_name][column].append(_column(values, layout[column]))
                     values.clear()
-        for table_name, times in self._times.items():
-            if times:
-                self._time_chunks[table_name].append(np.asarray(times, dtype=np.float64))
-                times.clear()
 
     def _add_complete(self, events: list[Event]) -> None:
         if not events:
@@ -435,6 +465,79 @@ class TableBuilder:
         for i, args in enumerate(all_args):
             if args.collective_name is not None:
                 self._add_collective_args(first_row + i, args)
+
+    def _add_native_complete(self, native: NativePiece) -> None:
+        """``_add_complete`` for columns the C decoder wrote: same interning order, same rows.
+
+        The decoder left every event with a bad time, an odd type or an out-of-range value to the
+        Python parser, so nothing here drops, coerces or warns.
+        """
+        rows = native.rows
+        if not len(rows):
+            return
+        first_row = self._rows
+        self._rows += len(rows)
+        self._x_ts.append(np.ascontiguousarray(rows["ts"]))
+        self._x_dur.append(np.ascontiguousarray(rows["dur"]))
+        self._x_order.append((self._piece << 32) + self._piece_rows + np.arange(len(rows), dtype=np.int64))
+        self._piece_rows += len(rows)
+        # the local tables list values in order of first appearance: interning them in that order
+        # assigns the ids the Python parser would
+        name_ids = np.asarray(self.intern_all(native.names), dtype=np.int32)
+        category_ids = self.intern_all(native.cats)
+        kinds = np.asarray([self._kind_of(c) for c in category_ids], dtype=np.int8)[rows["cat"]]
+        track_ids = np.asarray([self.track(pid, tid) for pid, tid in native.tracks], dtype=np.int32)
+        events = self._chunks["events"]
+        events["name"].append(name_ids[rows["name"]])
+        events["cat"].append(np.asarray(category_ids, dtype=np.int32)[rows["cat"]])
+        events["kind"].append(kinds)
+        events["track"].append(track_ids[rows["track"]])
+        events["external_id"].append(np.ascontiguousarray(rows["external_id"]))
+        events["correlation"].append(np.ascontiguousarray(rows["correlation"]))
+        device = np.flatnonzero(np.isin(kinds, _DEVICE_KIND_IDS))
+        if len(device):
+            self._add_native_kernels(first_row + device, rows[device], native.raws)
+        ops = np.flatnonzero(np.isin(kinds, _HOST_KIND_IDS) & (rows["has_op_args"] != 0))
+        if len(ops):
+            self._add_native_ops(first_row + ops, rows[ops], native)
+        python = np.flatnonzero(kinds == Kind.PYTHON_FUNCTION)
+        if len(python):
+            table = self._chunks["python"]
+            table["event"].append(first_row + python)
+            table["python_id"].append(rows["python_id"][python])  # fancy indexing: copies, not views
+            table["parent_id"].append(rows["python_parent_id"][python])
+            table["module_id"].append(rows["python_module_id"][python])
+        for row, args in native.collectives:
+            self._add_collective_args(first_row + row, _ARGS_DECODER.decode(args))
+
+    def _add_native_kernels(self, event_rows: np.ndarray, rows: np.ndarray, raws: list[bytes]) -> None:
+        # each column is copied out of the structured rows: a view would keep all 168 bytes of a row alive
+        kernels = self._chunks["kernels"]
+        kernels["event"].append(event_rows)
+        for column in ("device", "stream", "registers_per_thread", "shared_memory", "blocks_per_sm", "bytes"):
+            kernels[column].append(np.ascontiguousarray(rows[column]))
+        kernels["est_occupancy_pct"].append(np.ascontiguousarray(rows["occupancy"]))
+        for field in ("grid", "block"):
+            local_ids = rows[field]
+            # one (x, y, z) per raw value the rows use; the extra last row, NO_ID x 3, is for "absent"
+            triples = np.full((len(raws) + 1, 3), NO_ID, dtype=np.int32)
+            for local_id in np.unique(local_ids[local_ids >= 0]).tolist():
+                triples[local_id] = [_fitting(v, "i4") for v in self.triple(raws[local_id])]
+            values = triples[local_ids]
+            for axis, suffix in enumerate(("x", "y", "z")):
+                kernels[f"{field}_{suffix}"].append(np.ascontiguousarray(values[:, axis]))
+
+    def _add_native_ops(self, event_rows: np.ndarray, rows: np.ndarray, native: NativePiece) -> None:
+        ops = self._chunks["ops"]
+        ops["event"].append(event_rows)
+        ops["input_dims"].append(_intern_first_seen(rows["input_dims"], native.raws, self.raw_string))
+        ops["input_types"].append(_intern_first_seen(rows["input_types"], native.raws, self.raw_string))
+        ops["call_stack"].append(_intern_first_seen(rows["call_stack"], native.call_stacks, self._intern_stack))
+        ops["sequence_number"].append(np.ascontiguousarray(rows["sequence_number"]))
+        ops["fwd_thread"].append(np.ascontiguousarray(rows["fwd_thread"]))
+
+    def _intern_stack(self, call_stack: str) -> int:
+        return self.strings.intern(call_stack) if call_stack else NO_ID
 
     def _checked_times(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray, list[Event]]:
         """ts and dur as float arrays; events without a usable ts are dropped, bad durations zeroed."""
@@ -547,6 +650,33 @@ class TableBuilder:
         flows["cat"].extend(self.intern_all([e.cat for e in events]))
         flows["binds_enclosing"].extend([1 if e.bp == "e" else 0 for e in events])
 
+    def _add_native_memory(self, native: NativePiece) -> None:
+        """``_add_memory`` for the memory events the C decoder read (odd ones it left to Python)."""
+        memory = native.memory
+        self._times["memory"].extend(memory["ts"].tolist())
+        track_ids = np.asarray([self.track(pid, tid) for pid, tid in native.memory_tracks], dtype=np.int32)
+        self._flush_columns()  # this piece's memory rows come after any gathered so far
+        table = self._chunks["memory"]
+        table["ts_ns"].append(np.zeros(len(memory), dtype=np.int64))
+        table["track"].append(track_ids[memory["track"]])
+        for column in ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"):
+            table[column].append(np.ascontiguousarray(memory[column]))
+
+    def _add_native_flows(self, native: NativePiece) -> None:
+        """``_add_flows`` for the flows the C decoder read (it left those without a usable ts to Python)."""
+        flows = native.flows
+        self._times["flows"].extend(flows["ts"].tolist())
+        track_ids = np.asarray([self.track(pid, tid) for pid, tid in native.flow_tracks], dtype=np.int32)
+        category_ids = np.asarray(self.intern_all(native.flow_cats), dtype=np.int32)
+        self._flush_columns()  # this piece's flow rows come after any gathered so far
+        table = self._chunks["flows"]
+        table["flow_id"].append(np.ascontiguousarray(flows["id"]))
+        table["phase"].append(np.ascontiguousarray(flows["phase"]))
+        table["ts_ns"].append(np.zeros(len(flows), dtype=np.int64))
+        table["track"].append(track_ids[flows["track"]])
+        table["cat"].append(category_ids[flows["cat"]])
+        table["binds_enclosing"].append(np.ascontiguousarray(flows["binds_enclosing"]))
+
     def _add_other(self, event: Event) -> None:
         phase = event.ph
         if phase == "M":
@@ -640,6 +770,7 @@ class TableBuilder:
             "warnings": self.warnings,
             "event_count": self.event_count,
             "non_event_items": self.non_event_items,
+            "native_pieces": self.native_pieces,
             "open_begins": sum(len(stack) for stack in self._open_begins.values()),
         }
 
@@ -676,6 +807,7 @@ class TableBuilder:
         self._rows += part["rows"]
         self.event_count += part["event_count"]
         self.non_event_items += part["non_event_items"]
+        self.native_pieces += part["native_pieces"]
         for message, count in part["warnings"].items():
             self.warnings[message] = self.warnings.get(message, 0) + count
         if part["open_begins"]:
@@ -696,13 +828,15 @@ class TableBuilder:
         def to_ns(values: np.ndarray) -> np.ndarray:
             return np.rint((values - origin_us) * 1000.0).astype(np.int64)
 
+        # each column's chunks are dropped once joined, and their heap pages handed back before the sort
         columns: dict[str, dict[str, np.ndarray]] = {
             table_name: {
-                column: _concatenate(self._chunks[table_name][column], dtype) for column, dtype in layout.items()
+                column: _concatenate(self._chunks[table_name].pop(column), dtype) for column, dtype in layout.items()
             }
             for table_name, layout in SCHEMA.items()
         }
         self._chunks.clear()
+        release_freed_memory()
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
         events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
@@ -736,8 +870,30 @@ def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
 def _column(values: list[Any], dtype: str) -> np.ndarray:
     try:
         return np.asarray(values, dtype=dtype)
-    except OverflowError:  # an integer beyond 64 bits (ids are meaningless then)
-        return np.asarray([_as_int(v) for v in values], dtype=dtype)
+    except OverflowError:  # an integer beyond the column's range (ids are meaningless then)
+        return np.asarray([_fitting(_as_int(v), dtype) for v in values], dtype=dtype)
+
+
+def _fitting(value: int, dtype: str) -> int:
+    """``value``, or NO_ID if an integer column of ``dtype`` cannot hold it."""
+    low, high = _integer_range(dtype)
+    return value if low <= value <= high else NO_ID
+
+
+@cache
+def _integer_range(dtype: str) -> tuple[int, int]:
+    limits = np.iinfo(dtype)
+    return int(limits.min), int(limits.max)
+
+
+def _intern_first_seen(local_ids: np.ndarray, values: list[Any], intern: Callable[[Any], int]) -> np.ndarray:
+    """Global ids of per-piece local ids (NO_ID stays), interning values in order of first use."""
+    present = local_ids[local_ids >= 0]
+    unique, first_use = np.unique(present, return_index=True)
+    mapping = np.full(len(values) + 1, NO_ID, dtype=np.int64)  # the last entry answers NO_ID
+    for local_id in unique[np.argsort(first_use)].tolist():
+        mapping[local_id] = intern(values[local_id])
+    return mapping[local_ids]
 
 
 def _string_flow_id(text: str) -> int:
@@ -794,31 +950,36 @@ def parse_trace(
     on_progress: Callable[[int], None] | None = None,
     max_trace_bytes: int = DEFAULT_MAX_TRACE_BYTES,
     use_second_core: bool = True,
+    native: bool = True,
 ) -> TraceTables:
     """Parse a (possibly gzipped) Chrome trace stream into tables.
 
     ``on_progress`` receives the number of bytes read from ``raw`` so far (compressed bytes for a
     gzip file), which is what a progress bar over the file size needs. A big trace is decoded on two
-    cores: a second process builds the tables of every other piece, merged at the end.
+    cores: a second process builds the tables of every other piece, merged at the end. With ``native``
+    (and the extension built) complete events are decoded by the C decoder; without, all in Python.
     """
     from profscope.ingest.second_core import PieceRouter
 
     counting = CountingReader(raw, on_progress)
     reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
     builder = TableBuilder()
-    router = PieceRouter(enabled=use_second_core)
+    router = PieceRouter(enabled=use_second_core, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        for piece, decoded in reader.pieces(router.route):
-            if decoded is not None:
-                add_decoded(builder, decoded, piece)
+        with read_buffers_from_heap():
+            for piece, decoded in reader.pieces(router.route):
+                if decoded is not None:
+                    add_decoded(builder, decoded, piece)
         for part in router.finish():
             builder.merge(part)
     except TraceFormatError:
         raise
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"malformed JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"a string of the trace is not valid UTF-8: {exc}") from exc
     finally:
         router.close()
         if gc_was_enabled:
@@ -833,25 +994,48 @@ def parse_trace(
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
     tables = builder.finish(reader.top_level)
-    tables.meta["pieces"] = {"total": router.pieces, "decoded_by_second_process": router.sent}
+    tables.meta["pieces"] = {
+        "total": router.pieces,
+        "decoded_by_second_process": router.sent,
+        "decoded_natively": builder.native_pieces,
+    }
+    tables.meta["decoder"] = "native" if builder.native_pieces else "python"
     return tables
 
 
-def add_decoded(builder: TableBuilder, decoded: tuple[list[Event], list[Any] | None, int], piece: int) -> None:
-    events, counters, not_events = decoded
-    builder.add(events, piece)
+DecodedPiece = tuple[list[Event], list[Any] | None, int, NativePiece | None]
+
+
+def add_decoded(builder: TableBuilder, decoded: DecodedPiece, piece: int) -> None:
+    events, counters, not_events, native = decoded
+    if native is None:
+        builder.add(events, piece)
+    else:
+        builder.add_native(events, native, piece)
     builder.non_event_items += not_events
     if counters:
         builder.add_counters(counters)
 
 
-def decode_piece(piece: bytes) -> tuple[list[Event], list[Any] | None, int]:
+def decode_piece(piece: bytes, native: bool = True) -> DecodedPiece:
+    """A piece's events: complete events as columns by the C decoder when it can, the rest as ``Event``s."""
+    columns = native_events.decode(piece) if native else None
+    if columns is not None:
+        try:
+            others = _EVENTS_DECODER.decode(columns.others) if columns.other_count else []
+        except msgspec.ValidationError:
+            columns = None  # an odd type among the other events: the Python parser takes the whole piece
+        else:
+            return others, _counters(columns.others), 0, columns
     events, not_events = decode_events(piece)
-    counters = None
-    if b'"C"' in piece:
-        items = _ANY_DECODER.decode(piece)
-        counters = [item for item in items if isinstance(item, dict) and item.get("ph") == "C"]
-    return events, counters, not_events
+    return events, _counters(piece), not_events, None
+
+
+def _counters(piece: bytes) -> list[Any] | None:
+    """The counter events ("C") of a piece, as plain dicts: their args are free-form."""
+    if b'"C"' not in piece:
+        return None
+    return [item for item in _ANY_DECODER.decode(piece) if isinstance(item, dict) and item.get("ph") == "C"]
 
 
 def parse_trace_file(path: Path, **kwargs: Any) -> TraceTables:

@@ -33,8 +33,9 @@ _READY = b"ready"
 class PieceRouter:
     """Decides per piece: decode here, or send to the helper. ``route`` returns (piece index, decoded or None)."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, native: bool = True) -> None:
         self.enabled = enabled
+        self.native = native
         self.pieces = 0
         self._connection: Connection | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
@@ -57,7 +58,7 @@ class PieceRouter:
             self.sent += 1
             decoded = None
         else:
-            decoded = decode_piece(piece)
+            decoded = decode_piece(piece, self.native)
         self.pieces += 1
         return index, decoded
 
@@ -86,7 +87,9 @@ class PieceRouter:
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
-        process = context.Process(target=_decode_pieces, args=(theirs,), name="profscope-second-core", daemon=True)
+        process = context.Process(
+            target=_decode_pieces, args=(theirs, self.native), name="profscope-second-core", daemon=True
+        )
         try:
             process.start()
         except (OSError, AssertionError):  # no process can be started here: carry on with one core
@@ -117,7 +120,7 @@ class PieceRouter:
                 self._process.kill()
 
 
-def _decode_pieces(connection: Connection) -> None:
+def _decode_pieces(connection: Connection, native: bool) -> None:
     """The helper: decode pieces until the empty message, then send back the partial tables."""
     from profscope.ingest.kineto import TableBuilder, add_decoded, decode_piece
 
@@ -126,7 +129,7 @@ def _decode_pieces(connection: Connection) -> None:
     try:
         connection.send_bytes(_READY)
         while index := connection.recv_bytes():
-            add_decoded(builder, decode_piece(connection.recv_bytes()), int.from_bytes(index, "little"))
+            add_decoded(builder, decode_piece(connection.recv_bytes(), native), int.from_bytes(index, "little"))
         connection.send(builder.partial())
     except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return
