@@ -292,6 +292,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from profscope.app import create_app
+    from profscope.ingest.allocator import limit_heap_arenas
 
     try:
         settings = _settings_from(args)
@@ -299,6 +300,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
     app = create_app(settings)
     access = []
     if settings.auth_token:

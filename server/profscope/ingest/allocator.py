@@ -17,6 +17,8 @@ from functools import cache
 from typing import Any
 
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+_SERVER_ARENAS = 2
 _DIRECT_MAPPING_BYTES = 1 << 20
 _HEAP_READ_BUFFERS_BYTES = 32 << 20  # glibc refuses more (DEFAULT_MMAP_THRESHOLD_MAX)
 _mapping_directly = False
@@ -31,6 +33,17 @@ def _libc() -> Any:
 def _set_mmap_threshold(size_bytes: int) -> None:
     with contextlib.suppress(OSError, AttributeError):  # not glibc
         _libc().mallopt(_M_MMAP_THRESHOLD, size_bytes)
+
+
+def limit_heap_arenas(count: int = _SERVER_ARENAS) -> None:
+    """Let the server's request threads share ``count`` glibc heaps instead of up to 8 per core.
+
+    Each thread that allocates gets its own arena by default; freed memory stays in it, so under many
+    concurrent requests the server's RSS crept up for minutes (bench/RESULTS.md, Reliability: 236 -> 265
+    MiB and rising with the default, 141 -> 148 MiB with two arenas). Call it before threads start.
+    """
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        _libc().mallopt(_M_ARENA_MAX, count)
 
 
 def release_freed_memory() -> None:
