@@ -12,6 +12,7 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
