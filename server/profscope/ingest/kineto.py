@@ -137,9 +137,14 @@ _INSTANT_PHASES = frozenset(("i", "I", "R", "n"))
 _DEVICE_KINDS = frozenset((Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
 _HOST_KINDS = frozenset((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
 _SKIPPED_TS = "events without a usable 'ts' were skipped"
+_SKIPPED_COUNTERS = "counter events without a usable 'ts' were skipped"
 _UNMATCHED_BEGIN = "'B' events without a matching 'E' were skipped"
 _TIMED_SIDE_TABLES = ("memory", "flows", "counters", "instants")  # sorted by time, then file order
 _ZEROED_DUR = "negative, huge or missing durations were set to 0"
+_NON_UTF8 = "pieces of the trace had bytes that are not UTF-8 (shown as \ufffd)"
+# Beyond this, times in nanoseconds relative to the trace's start overflow int64 (epoch µs today: 1.8e15).
+MAX_ABS_TS_US = 4e15
+MAX_DUR_US = 1e15
 
 
 def _ints(values: list[Any]) -> list[int]:
@@ -177,6 +182,16 @@ def _as_float(value: Number) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def _usable_ts(ts: Any) -> Any:
+    """A start time (float or float array) that is a number and can be placed on the trace's timeline."""
+    return np.isfinite(ts) & (np.abs(ts) <= MAX_ABS_TS_US)
+
+
+def _scalar(value: Any) -> Number:
+    """A JSON value where a number or string is expected: containers become their text."""
+    return value if value is None or isinstance(value, int | float | str) else str(value)
 
 
 def _as_str(value: Any) -> str:
@@ -238,10 +253,7 @@ def _lenient_event(item: Any) -> Event | None:
             elif value is None or isinstance(value, int | float | str):
                 fields[field_name] = value
         typed_args = Args(**fields)
-    scalars = {}
-    for key in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s"):
-        value = item.get(key)
-        scalars[key] = value if value is None or isinstance(value, int | float | str) else str(value)
+    scalars = {key: _scalar(item.get(key)) for key in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s")}
     return Event(**scalars, args=typed_args)
 
 
@@ -445,13 +457,13 @@ class TableBuilder:
             ts = np.array([_as_float(e.ts) for e in events], dtype=np.float64)
             dur = np.array([_as_float(e.dur) for e in events], dtype=np.float64)
             dur[np.isnan(dur)] = 0.0
-        bad_ts = ~np.isfinite(ts) | (np.abs(ts) > 1e17)
+        bad_ts = ~_usable_ts(ts)
         if bad_ts.any():
             self.warnings[_SKIPPED_TS] = self.warnings.get(_SKIPPED_TS, 0) + int(bad_ts.sum())
             keep = np.flatnonzero(~bad_ts)
             events = [events[i] for i in keep]
             ts, dur = ts[keep], dur[keep]
-        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > 1e15)
+        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_DUR_US)
         if bad_dur.any():
             self.warnings[_ZEROED_DUR] = self.warnings.get(_ZEROED_DUR, 0) + int(bad_dur.sum())
             dur[bad_dur] = 0.0
@@ -511,9 +523,10 @@ class TableBuilder:
 
     def _timed(self, events: list[Event], what: str) -> tuple[list[float], list[Event]]:
         times = _floats([e.ts for e in events])
-        if np.isfinite(np.asarray(times, dtype=np.float64)).all():
+        usable = _usable_ts(np.asarray(times, dtype=np.float64))
+        if usable.all():
             return times, events
-        kept = [(t, e) for t, e in zip(times, events, strict=True) if math.isfinite(t)]
+        kept = [(t, e) for t, e, ok in zip(times, events, usable.tolist(), strict=True) if ok]
         self.warn(f"{what} without a usable 'ts' were skipped")
         return [t for t, _ in kept], [e for _, e in kept]
 
@@ -552,8 +565,10 @@ class TableBuilder:
         if phase == "M":
             self._add_metadata(event)
             return
+        if phase == "C":  # counters are decoded separately (their args are free-form)
+            return
         ts = _as_float(event.ts)
-        if not math.isfinite(ts):
+        if not _usable_ts(ts):
             self.warn(f"'{_as_str(phase)[:8]}' events without a usable 'ts' were skipped")
             return
         if phase in _INSTANT_PHASES:
@@ -568,7 +583,7 @@ class TableBuilder:
             begin_ts, begin = stack.pop()
             begin.ph, begin.ts, begin.dur = "X", begin_ts, ts - begin_ts
             self._add_complete([begin])
-        elif phase != "C":  # counters are decoded separately (their args are free-form)
+        else:
             self.warn(f"events with unknown phase {_as_str(phase)[:8]!r} were skipped")
 
     def _add_metadata(self, event: Event) -> None:
@@ -606,9 +621,10 @@ class TableBuilder:
             if not isinstance(item, dict) or item.get("ph") != "C" or not isinstance(item.get("args"), dict):
                 continue
             ts = _as_float(item.get("ts"))
-            if not math.isfinite(ts):
+            if not _usable_ts(ts):
+                self.warn(_SKIPPED_COUNTERS)
                 continue
-            track = self.track(item.get("pid"), item.get("tid"))
+            track = self.track(_scalar(item.get("pid")), _scalar(item.get("tid")))
             name = self.strings.intern(_as_str(item.get("name")))
             for series, value in item["args"].items():
                 number = _as_float(value)
@@ -832,6 +848,8 @@ def parse_trace(
         raise TraceFormatError("the trace has no events")
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
+    if reader.non_utf8_pieces:
+        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
     tables = builder.finish(reader.top_level)
     tables.meta["pieces"] = {"total": router.pieces, "decoded_by_second_process": router.sent}
     return tables

@@ -49,6 +49,8 @@ class PieceRouter:
         index = self.pieces
         if self._helper_ready() and index % HERE_EVERY != 0:
             _VALIDATOR.decode(piece)  # raises for a wrong cut, like a full decode would
+            if not piece.isascii():  # Raw does not check strings: the reader replaces bad bytes on this error
+                piece.decode("utf-8")
             try:
                 self._connection.send_bytes(index.to_bytes(8, "little"))
                 self._connection.send_bytes(piece)
