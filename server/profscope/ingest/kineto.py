@@ -12,6 +12,7 @@ Format drift is handled here, once, so no view has to know about it:
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -180,7 +181,7 @@ def _as_float(value: Number) -> float:
         return math.nan
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond any float
         return math.nan
 
 
@@ -190,8 +191,10 @@ def _usable_ts(ts: Any) -> Any:
 
 
 def _scalar(value: Any) -> Number:
-    """A JSON value where a number or string is expected: containers become their text."""
-    return value if value is None or isinstance(value, int | float | str) else str(value)
+    """A JSON value where a number or string is expected: containers and booleans become their text."""
+    if value is None or (isinstance(value, int | float | str) and not isinstance(value, bool)):
+        return value
+    return str(value)
 
 
 def _as_str(value: Any) -> str:
@@ -538,7 +541,7 @@ class TableBuilder:
         memory["ts_ns"].extend([0] * len(events))
         memory["track"].extend(self.tracks_of(events))
         memory["addr"].extend(_ints([a.addr for a in args]))
-        memory["bytes"].extend([v if v.__class__ is int else _as_int(v, 0) for v in [a.mem_bytes for a in args]])
+        memory["bytes"].extend([_as_int(a.mem_bytes, 0) for a in args])  # an unknown size counts as 0 bytes
         memory["total_allocated"].extend(_ints([a.total_allocated for a in args]))
         memory["total_reserved"].extend(_ints([a.total_reserved for a in args]))
         memory["device_type"].extend(_ints([a.device_type for a in args]))
@@ -752,15 +755,22 @@ def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
 def _column(values: list[Any], dtype: str) -> np.ndarray:
     try:
         return np.asarray(values, dtype=dtype)
-    except OverflowError:  # an integer beyond 64 bits (ids are meaningless then)
-        return np.asarray([_as_int(v) for v in values], dtype=dtype)
+    except OverflowError:  # an integer beyond the column's width (a 2**40 device, a 300 device type): unknown
+        if np.dtype(dtype).kind == "f":
+            return np.asarray([_as_float(v) for v in values], dtype=dtype)
+        fits = np.iinfo(dtype)
+        return np.asarray([i if fits.min <= i <= fits.max else NO_ID for i in map(_as_int, values)], dtype=dtype)
 
 
 def _string_flow_id(text: str) -> int:
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
-        return hash(text) & 0x7FFFFFFFFFFFFFFF
+        value = None
+    if value is not None and -(1 << 63) <= value < (1 << 63):
+        return value
+    # a digest, not hash(): the same in every process (pieces of one trace are decoded in two)
+    return int.from_bytes(hashlib.blake2b(text.encode(errors="replace"), digest_size=8).digest(), "little") >> 1
 
 
 def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
