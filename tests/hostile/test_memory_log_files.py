@@ -22,7 +22,7 @@ def ingest(tmp_path: Path, text: str | bytes) -> dict:
 @pytest.mark.parametrize(
     ("hostile", "error"),
     [
-        (MEMORY_LOG.replace("10.00 MB", "9" * 400 + " MB"), "line 4: expected total_memory: X MB, got 'total_memory: 999"),
+        (MEMORY_LOG.replace("10.00 MB", "9" * 400 + " MB"), "line 4: expected total_memory: X MB, got 'total_memory"),
         (MEMORY_LOG.replace("layer_mem: 1.00", "layer_mem: " + "9" * 13), "line 9: expected '<kind>_layout:' or"),
         (MEMORY_LOG.replace("time: 0.5", "time: 1e400"), "line 2: expected time: <seconds>, got 'time: 1e400'"),
         (MEMORY_LOG.replace("time: 0.5", "time: nan"), "line 2: expected time: <seconds>, got 'time: nan'"),
