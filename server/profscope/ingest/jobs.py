@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_processes
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -234,7 +235,7 @@ def _run_guarded(request: IngestRequest) -> dict[str, Any]:
     except MemoryError:
         release_freed_memory()
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-        cap = f" of {limit:,} bytes (--worker-memory-bytes)" if limit != resource.RLIM_INFINITY else ""
+        cap = f" (its limit: {limit:,} bytes, --worker-memory-bytes)" if limit != resource.RLIM_INFINITY else ""
         return {"error": f"the parser ran out of memory{cap}", "worker_fault": True}
     except OSError as exc:
         if not is_cache_write_failure(exc, request.cache_root):
@@ -281,7 +282,9 @@ class IngestManager:
         self.max_trace_bytes = max_trace_bytes
         self.max_snapshot_bytes = max_snapshot_bytes
         self._context = multiprocessing.get_context("spawn")
-        self._progress = self._context.Queue()
+        # SimpleQueue: a worker's put() writes to the pipe itself. A Queue hands it to a feeder thread,
+        # which never runs while a hung parse holds the GIL: its pid would never reach the watchdog.
+        self._progress = self._context.SimpleQueue()
         self._lock = threading.RLock()
         self._states: dict[str, IngestState] = {}
         self._pending: OrderedDict[str, TraceFile] = OrderedDict()
@@ -295,7 +298,7 @@ class IngestManager:
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
         self._worker_pids: dict[str, tuple[int, float]] = {}  # cache key -> (pid of its worker, monotonic start)
-        self._exit_codes: dict[str, int] = {}  # cache key -> exit code of its worker, when the pool broke
+        self._exit_codes: dict[str, int | None] = {}  # cache key -> exit code of its worker, which died
         self._overtime: set[str] = set()  # parses whose worker the watchdog killed
         self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0, "killed_overtime": 0}
         self.durations: list[float] = []
@@ -474,7 +477,8 @@ class IngestManager:
         processes = getattr(pool, "_processes", None) or {}
         for key, (pid, _) in self._worker_pids.items():
             process = processes.get(pid)
-            if process is not None and process.exitcode is not None:
+            if process is not None and wait_for_processes([process.sentinel], timeout=0):  # it has ended
+                process.join(timeout=5)  # its pipes close a moment before it can be reaped
                 self._exit_codes[key] = process.exitcode
 
     def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
@@ -491,8 +495,9 @@ class IngestManager:
             except Exception as exc:
                 result = {"error": f"internal error: {exc}"}
             self._worker_pids.pop(key, None)
+            worker_died = key in self._exit_codes
             exit_code = self._exit_codes.pop(key, None)
-            if result is None and had_worker and exit_code is None:
+            if result is None and had_worker and not worker_died:
                 self._requeue_bystander(key, trace, state)
             elif result is None or result.get("worker_fault"):
                 reason = self._death_reason(key, exit_code) if result is None else result["error"]

@@ -106,6 +106,8 @@ class PieceRouter:
             result = self._connection.recv()
         except EOFError:
             raise TraceFormatError("the process decoding half of this trace died (out of memory?)") from None
+        if result.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
+            raise MemoryError(result["error"])
         if "error" in result:
             raise TraceFormatError(result["error"])
         yield result
@@ -132,6 +134,10 @@ def _decode_pieces(connection: Connection) -> None:
         connection.send(builder.partial())
     except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return
+    except MemoryError:
+        builder = None  # frees the partial tables, so that the answer can be sent
+        with contextlib.suppress(OSError):
+            connection.send({"error": "the second parser process ran out of memory", "out_of_memory": True})
     except Exception as exc:
         message = (
             str(exc)
