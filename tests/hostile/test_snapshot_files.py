@@ -268,6 +268,7 @@ def test_every_frame_field_of_the_wrong_type_is_shown_as_text() -> None:
         (b"", "not a readable pickle: EOFError: Ran out of input"),
         (pickle.dumps(snapshot())[:-20], "not a readable pickle: UnpicklingError: pickle data was truncated"),
         (b"\x1f\x8b\x08\x00 gzip", "not a readable pickle: UnpicklingError: invalid load key, '\\x1f'."),
+        (b"\x80\x04\x95" + (2**64 - 1).to_bytes(8, "little") + b"N.", "not a readable pickle: OverflowError: FRAME"),
         (pickle.dumps([1, 2]), "segment 0 is a int, expected a dict"),
         (pickle.dumps({"segments": 5}), "'segments' and 'device_traces' must be lists"),
         (pickle.dumps("text"), "not a CUDA memory snapshot: expected a dict with 'segments'"),

@@ -338,6 +338,9 @@ def test_bytes_that_are_not_utf8_become_replacement_characters() -> None:
     tables = parse(data)
     assert names(tables)[-1] == "conv\ufffd\ufffd_kernel"
     assert warnings(tables) == {"pieces of the trace had bytes that are not UTF-8 (shown as \ufffd)": 1}
+    shapes = trace_bytes([op("shaped", ts=30, args={"Input Dims": ["NAME", [1, 2]], "grid": ["NAME", 1, 1]})])
+    tables = parse(shapes.replace(b"NAME", b"\xff"))  # found by bench/fuzz.py: shapes are read raw, later
+    assert tables.strings[int(tables.columns["ops"]["input_dims"][0])] == '["\ufffd", [1, 2]]'
     header = trace_bytes(GOOD_EVENTS, traceName="NAME").replace(b"NAME", b"run\xc3")
     assert parse(header).meta["traceName"] == "run\ufffd"
 

@@ -218,7 +218,7 @@ def _raw_text(raw: msgspec.Raw) -> str:
     if b" " in text or b"\n" in text:
         try:
             return msgspec.json.encode(msgspec.json.decode(text)).decode()
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):  # Raw values are not checked for UTF-8 when read
             return text.decode("utf-8", "replace")
     return text.decode("utf-8", "replace")
 
@@ -228,7 +228,7 @@ def _triple(raw: msgspec.Raw) -> tuple[int, int, int]:
         return (NO_ID, NO_ID, NO_ID)
     try:
         values = msgspec.json.decode(bytes(raw))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return (NO_ID, NO_ID, NO_ID)
     if not isinstance(values, list):
         return (NO_ID, NO_ID, NO_ID)

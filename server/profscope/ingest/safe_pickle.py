@@ -178,7 +178,16 @@ def load_plain_data(
             f"refused: the pickle asks for more memory than allowed at once (an object or memo table beyond the "
             f"limit of {max_decoded_bytes:,} bytes, PROFSCOPE_MAX_SNAPSHOT_BYTES)"
         ) from exc
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        OverflowError,  # a FRAME length beyond 2**63
+    ) as exc:
         raise PickleRefused(f"not a readable pickle: {type(exc).__name__}: {exc}") from exc
     finally:
         unpickler = None
