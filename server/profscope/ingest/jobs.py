@@ -505,12 +505,13 @@ class IngestManager:
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 self.counters["failed"] += 1
-                if "retry_after_s" in result:  # the cache could not be written: not the file's fault
-                    state.retry_at = time.time() + result["retry_after_s"]
-                elif not self.cache.error(key):
-                    self._remember_error(key, {"message": result["error"], "kind": "InternalError"})
                 self._report_end(state, ok=False)
-                self._publish(key, trace)
+                if "retry_after_s" in result:  # the cache could not be written: not the file's fault, nothing to share
+                    state.retry_at = time.time() + result["retry_after_s"]
+                else:
+                    if not self.cache.error(key):
+                        self._remember_error(key, {"message": result["error"], "kind": "InternalError"})
+                    self._publish(key, trace)
             else:
                 state.state, state.bytes_done = "ready", trace.info.size
                 self.counters["ingested"] += 1

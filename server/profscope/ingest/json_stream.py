@@ -136,7 +136,7 @@ class ChromeTraceReader:
         self.top_level: dict[str, Any] = {}
         self.is_bare_array = False
         self._consumed = 0  # decompressed offset of the current buffer's first byte
-        self.non_utf8_pieces = 0  # pieces whose bytes that are not UTF-8 were replaced
+        self.non_utf8_pieces = 0  # pieces in which bytes that are not UTF-8 were replaced
 
     def _decode(self, decode: Callable[[bytes], T], data: bytes) -> T:
         """``decode(data)``, tolerating bytes that are not UTF-8 and refusing absurd nesting clearly."""
