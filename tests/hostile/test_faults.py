@@ -224,7 +224,8 @@ def test_a_full_cache_disk_gives_a_clear_error_then_recovers(tmp_path: Path) -> 
         assert failed.json()["error"] == (
             "the parsed result could not be written to the cache (No space left on device); it is parsed again in 30 s"
         )
-        assert _overview(base, "first").status_code == 200  # what is cached is still served
+        cached = _overview(base, "first")
+        assert cached.status_code == 200, cached.text  # what is cached is still served
         assert len(list((cache / "traces").iterdir())) == 1  # nothing half-written is left of the second
         assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
         filler.unlink()

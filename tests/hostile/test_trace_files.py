@@ -404,3 +404,20 @@ def test_a_gzip_with_a_corrupt_checksum_is_refused() -> None:
     data = gzip.compress(trace_bytes(GOOD_EVENTS))
     corrupt = data[:-8] + b"\x00\x00\x00\x00" + data[-4:]
     assert "CRC check failed" in refusal(corrupt)
+
+
+def test_header_values_of_the_wrong_type_are_dropped_before_any_view_reads_them(tmp_path: Path) -> None:
+    """Found by bench/fuzz.py: views computed with deviceProperties and distributedInfo as they came."""
+    header = {
+        "deviceProperties": [{"id": {"a": 1}, "name": 5, "computeMajor": "1e+300", "computeMinor": 0, "x": [1]}, 7],
+        "distributedInfo": {"rank": "0", "world_size": 2**70, "backend": "nccl", "pg_config": 5},
+    }
+    data = trace_bytes([*GOOD_EVENTS, {**KERNEL, "args": {"device": 0}}], **header)
+    meta = parse(data).meta
+    assert meta["deviceProperties"] == [{"computeMinor": 0}]
+    assert meta["distributedInfo"] == {"backend": "nccl"}
+    groups = {"pg_config": [{"pg_name": "0", "ranks": [0, "1"]}, {"pg_name": "1", "ranks": [0, 1]}, 3]}
+    meta = parse(trace_bytes(GOOD_EVENTS, distributedInfo={"rank": 1, **groups})).meta
+    assert meta["distributedInfo"]["pg_config"] == [{"pg_name": "0", "ranks": None}, {"pg_name": "1", "ranks": [0, 1]}]
+    summary = ingest_in_process(tmp_path, "header.pt.trace.json", data)
+    assert summary["view_errors"] == {}

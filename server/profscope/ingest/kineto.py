@@ -801,12 +801,70 @@ _META_KEYS = (
 )
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | float | bool) or _is_int(value)
+
+
+# deviceProperties fields the views compute with: integers, or left out
+_DEVICE_NUMBERS = frozenset(
+    (
+        "id", "totalGlobalMem", "computeMajor", "computeMinor", "maxThreadsPerBlock", "maxThreadsPerMultiprocessor",
+        "regsPerBlock", "regsPerMultiprocessor", "warpSize", "sharedMemPerBlock", "sharedMemPerMultiprocessor",
+        "numSms", "sharedMemPerBlockOptin",
+    )
+)  # fmt: skip
+
+
+def _device_property(key: str, value: Any) -> bool:
+    if key in _DEVICE_NUMBERS:
+        return _is_int(value)
+    return isinstance(value, str) if key == "name" else _is_scalar(value)
+
+
+def _device_properties(value: Any) -> list[dict[str, Any]]:
+    """``deviceProperties``: objects of plain values, integers where the views compute (ids, capabilities)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        {key: item for key, item in device.items() if _device_property(key, item)}
+        for device in value
+        if isinstance(device, dict)
+    ]
+
+
+def _distributed_info(value: Any) -> dict[str, Any] | None:
+    """``distributedInfo``: rank and world size as integers, process groups as objects with integer ranks."""
+    if not isinstance(value, dict):
+        return None
+    info = {key: item for key, item in value.items() if _is_scalar(item) and key != "pg_config"}
+    for key in ("rank", "world_size"):
+        if key in info and not _is_int(info[key]):
+            del info[key]
+    groups = value.get("pg_config")
+    if isinstance(groups, list):
+        info["pg_config"] = [
+            {
+                **{key: item for key, item in group.items() if _is_scalar(item)},
+                "ranks": group["ranks"]
+                if isinstance(group.get("ranks"), list) and all(map(_is_int, group["ranks"]))
+                else None,
+            }
+            for group in groups
+            if isinstance(group, dict)
+        ]
+    return info
+
+
 def _meta_from_top_level(top_level: dict[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = {key: top_level[key] for key in _META_KEYS if key in top_level}
-    if not isinstance(meta.get("deviceProperties"), list):
-        meta["deviceProperties"] = []
-    if not isinstance(meta.get("distributedInfo"), dict):
-        meta.pop("distributedInfo", None)
+    meta["deviceProperties"] = _device_properties(meta.get("deviceProperties"))
+    meta["distributedInfo"] = _distributed_info(meta.get("distributedInfo"))
+    if meta["distributedInfo"] is None:
+        del meta["distributedInfo"]
     meta["other"] = {
         key: value
         for key, value in top_level.items()
