@@ -90,7 +90,7 @@ def test_a_worker_killed_mid_parse_is_retried_once_then_its_file_fails_and_the_p
 ) -> None:
     root = tmp_path / "roots"
     doomed = _copy_run(root, "big", big_trace, "doomed.1.pt.trace.json")
-    bystander = _copy_run(root, "big", big_trace, "bystander.1.pt.trace.json")
+    _copy_run(root, "big", big_trace, "bystander.1.pt.trace.json")
     with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=2) as base:
         first = _kill_while_parsing(base, doomed)
         retrying = wait_for(lambda: (s := _file_state(base, "big", "doomed"))["message"] and s, timeout=30)
@@ -110,7 +110,6 @@ def test_a_worker_killed_mid_parse_is_retried_once_then_its_file_fails_and_the_p
         assert wait_for(lambda: _settled(base, "later"), timeout=120).status_code == 200
         assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
         assert base.process.poll() is None
-    assert bystander.exists()
 
 
 def test_a_worker_killed_once_is_retried_and_the_page_appears(tmp_path: Path, big_trace: Path) -> None:
