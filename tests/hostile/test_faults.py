@@ -60,9 +60,12 @@ def _worker_reading(server_pid: int, path: Path) -> int | None:
     return None
 
 
-def _kill_while_parsing(base: str, path: Path) -> int:
-    """SIGKILL the worker parsing ``path`` once it is really reading it; returns the pid killed."""
-    pid = wait_for(lambda: _worker_reading(base.process.pid, path), timeout=120, interval=0.05)
+def _kill_while_parsing(base: str, path: Path, not_pid: int | None = None) -> int:
+    """SIGKILL the worker parsing ``path`` once the server has seen it read (progress comes after the
+    worker's pid on the same queue, so the server knows whose worker it is); returns the pid killed."""
+    run, worker = path.parent.name, path.name.split(".")[0]
+    wait_for(lambda: (s := _file_state(base, run, worker))["state"] == "parsing" and s["bytes_done"] > 0, timeout=120)
+    pid = wait_for(lambda: (p := _worker_reading(base.process.pid, path)) != not_pid and p, timeout=60, interval=0.05)
     os.kill(pid, signal.SIGKILL)
     return pid
 
@@ -95,8 +98,7 @@ def test_a_worker_killed_mid_parse_is_retried_once_then_its_file_fails_and_the_p
         first = _kill_while_parsing(base, doomed)
         retrying = wait_for(lambda: (s := _file_state(base, "big", "doomed"))["message"] and s, timeout=30)
         assert "the parser process was killed (signal 9, SIGKILL)" in retrying["message"]
-        second = wait_for(lambda: (p := _worker_reading(base.process.pid, doomed)) != first and p, timeout=120)
-        os.kill(second, signal.SIGKILL)
+        _kill_while_parsing(base, doomed, not_pid=first)
         failed = wait_for(lambda: _settled(base, "big", "doomed"), timeout=120)
         assert failed.status_code == 422
         assert failed.json()["error"] == (

@@ -523,7 +523,7 @@ class IngestManager:
     def _requeue_bystander(self, key: str, trace: TraceFile, state: IngestState) -> None:
         """Its worker was alive: the pool broke under another parse. Parse it again, free of charge."""
         state.attempts -= 1
-        state.state, state.message = "pending", "parsing again (another file's parser died)"
+        state.state, state.message, state.bytes_done = "pending", "parsing again (another file's parser died)", 0
         self._pending[key] = trace
         self._pending.move_to_end(key, last=False)
 
@@ -531,7 +531,7 @@ class IngestManager:
         """Its worker died or ran out of memory: retry once, then remember the failure with the reason."""
         if state.attempts < 2 and not self._closed:
             self.counters["retried"] += 1
-            state.state, state.message = "pending", f"{reason}; retrying"
+            state.state, state.message, state.bytes_done = "pending", f"{reason}; retrying", 0
             self._pending[key] = trace
             self._pending.move_to_end(key, last=False)
             return
