@@ -92,18 +92,15 @@ class SomeClass:
     pass
 
 
-_PLACEHOLDER = "PROFSCOPE_PLACEHOLDER"
+PLACEHOLDER = "PROFSCOPE_PLACEHOLDER"  # a string in a document, replaced by raw opcodes
 
 
 def pickle_with(document: Any, raw_opcodes: bytes) -> bytes:
     """Pickle ``document`` (protocol 2) with the string ``PLACEHOLDER`` replaced by ``raw_opcodes``."""
     data = pickle.dumps(document, protocol=2)
-    placeholder = b"X" + struct.pack("<I", len(_PLACEHOLDER)) + _PLACEHOLDER.encode()
+    placeholder = b"X" + struct.pack("<I", len(PLACEHOLDER)) + PLACEHOLDER.encode()
     assert data.count(placeholder) == 1
     return data.replace(placeholder, raw_opcodes)
-
-
-PLACEHOLDER = _PLACEHOLDER
 
 
 def nested_list_opcodes(levels: int) -> bytes:
