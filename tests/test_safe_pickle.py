@@ -60,7 +60,7 @@ def test_persistent_ids_are_refused() -> None:
 
 def test_a_huge_declared_length_is_refused_before_it_is_allocated() -> None:
     binbytes = b"\x80\x03B" + struct.pack("<I", 2**31) + b"only a few bytes."
-    with pytest.raises(PickleRefused, match=r"declares a 2,147,483,\d+-byte object"):
+    with pytest.raises(PickleRefused, match=r"more memory than allowed at once \(an object or memo table beyond"):
         load_plain_data(io.BytesIO(binbytes), LIMIT)
     binbytes8 = b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"xx."
     with pytest.raises(PickleRefused, match="refused"):

@@ -7,6 +7,7 @@ reader (or a restarted server) never sees half a result.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -21,11 +22,26 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value, option=_ORJSON_OPTIONS)
 
 
+_STORAGE_FULL = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_bytes(data)
-    os.replace(staging, path)
+    try:
+        staging.write_bytes(data)
+        os.replace(staging, path)
+    except OSError:
+        staging.unlink(missing_ok=True)  # a full disk must not keep the half-written file
+        raise
+
+
+def is_cache_write_failure(exc: OSError, cache_root: str | Path) -> bool:
+    """The error came from writing the cache (full, read-only, deleted), not from reading a trace."""
+    if exc.errno in _STORAGE_FULL:
+        return True
+    filename = exc.filename or exc.filename2
+    return filename is not None and Path(os.fsdecode(filename)).is_relative_to(cache_root)
 
 
 class TraceCache:

@@ -80,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_limit_arguments(serve)
     serve.add_argument(
+        "--max-parse-seconds",
+        type=float,
+        default=float(env("MAX_PARSE_SECONDS") or 3600.0),
+        help="stop a parse still running after this many seconds and mark its file failed (default 3600)",
+    )
+    serve.add_argument(
+        "--worker-memory-bytes",
+        type=int,
+        default=_int_env("WORKER_MEMORY_BYTES", 0),
+        help="cap each parser process's address space (RLIMIT_AS); a parse needing more fails (default: no cap)",
+    )
+    serve.add_argument(
         "--source-root",
         action="append",
         type=Path,
@@ -276,6 +288,8 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         rescan_seconds=args.rescan_seconds,
         max_trace_bytes=args.max_trace_bytes,
         max_snapshot_bytes=args.max_snapshot_bytes,
+        max_parse_seconds=args.max_parse_seconds,
+        worker_memory_bytes=args.worker_memory_bytes,
         source_roots=source_roots,
         source_link_template=args.source_link,
         source_path_map=path_map,  # type: ignore[arg-type]

@@ -26,6 +26,8 @@ class Settings:
     rescan_seconds: float = 10.0
     max_trace_bytes: int = 64 << 30
     max_snapshot_bytes: int = 8 << 30
+    max_parse_seconds: float = 3600.0  # a parse still running after this is stopped (its worker killed)
+    worker_memory_bytes: int = 0  # address space of each parser process (RLIMIT_AS); 0: no cap
     source_roots: list[Path] = field(default_factory=list)  # where jump-to-source may read files
     source_link_template: str = ""  # e.g. vscode://file/{path}:{line} or https://host/blob/{rev}/{relpath}#L{line}
     source_path_map: list[tuple[str, str]] = field(default_factory=list)  # (trace prefix, repo prefix)

@@ -13,7 +13,7 @@ from typing import Any
 from profscope.cache import TraceCache
 from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
-from profscope.ingest.jobs import IngestManager
+from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
@@ -80,6 +80,7 @@ class Profscope:
             metrics=self.metrics.ingest,
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
+            limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes),
         )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()

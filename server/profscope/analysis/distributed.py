@@ -54,7 +54,7 @@ from profscope.analysis import intervals
 from profscope.analysis import names as rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.overview import communication_device_rows
+from profscope.analysis.overview import communication_device_rows, track_pids
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
@@ -154,8 +154,7 @@ def _devices(tables: TraceTables) -> list[dict[str, Any]]:
     if not on_kernel.any():
         return []
     device = np.asarray(kernels["device"])[on_kernel]
-    track_pid = np.array([_int_or(t.pid) for t in tables.tracks], dtype=np.int64)
-    device = np.where(device >= 0, device, track_pid[np.asarray(tables.events["track"])[rows[on_kernel]]])
+    device = np.where(device >= 0, device, track_pids(tables)[np.asarray(tables.events["track"])[rows[on_kernel]]])
     properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
     found = []
     for gpu in sorted(set(device.tolist())):
@@ -170,13 +169,6 @@ def _devices(tables: TraceTables) -> list[dict[str, Any]]:
             }
         )
     return found
-
-
-def _int_or(text: str, default: int = -1) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        return default
 
 
 class _ProcessGroups:

@@ -165,16 +165,21 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
 
 def _device_ids(tables: TraceTables, device_args: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The GPU of each kernel: its ``device`` arg, else its track's pid (kineto puts GPU n at pid n)."""
-    track_pid = np.array([_int_or(t.pid, -1) for t in tables.tracks], dtype=np.int64)
-    from_pid = track_pid[np.asarray(tables.events["track"])[rows]]
+    from_pid = track_pids(tables)[np.asarray(tables.events["track"])[rows]]
     return np.where(device_args >= 0, device_args, from_pid)
+
+
+def track_pids(tables: TraceTables) -> np.ndarray:
+    """Each track's pid as a number (-1 when it is not one), e.g. the GPU index of a device stream."""
+    return np.array([_int_or(t.pid, -1) for t in tables.tracks], dtype=np.int64)
 
 
 def _int_or(text: str, default: int) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         return default
+    return value if -(1 << 63) <= value < (1 << 63) else default  # a pid beyond 64 bits is no GPU index
 
 
 def environment(tables: TraceTables) -> dict[str, Any]:

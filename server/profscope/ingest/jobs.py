@@ -4,6 +4,13 @@ The server never parses: it queues traces here, the pool (``--workers`` processe
 reads each from its source, parses it, computes every registered payload and writes the cache.
 Progress (bytes read) comes back over a queue. A worker that dies (killed, out of memory) breaks
 the pool: the pool is rebuilt, the trace is retried once and then marked failed with the reason.
+Faults are pinned on the file that caused them: each worker reports its pid when it starts a trace,
+so when the pool breaks, only the traces whose worker died spend an attempt (the others, whose
+workers the broken pool stopped, are parsed again as if nothing happened). A parse running longer
+than ``--max-parse-seconds`` (a hang: e.g. a pickle whose dict key takes 2**40 steps to hash) has its
+worker killed; with ``--worker-memory-bytes`` each worker's address space is capped, so a parse that
+needs more fails with MemoryError instead of waking the kernel's OOM killer. A cache that cannot be
+written (disk full, directory gone read-only) fails the parse for now and it is tried again later.
 
 With a shared cache in object storage (``shared_cache.py``), a trace the local cache lacks is first
 looked up there by a few threads (downloads, no parsing); only a miss goes on to the parse queue.
@@ -16,6 +23,8 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import resource
+import signal
 import threading
 import time
 import traceback
@@ -24,10 +33,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_processes
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from profscope.cache import TraceCache
+from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import TraceFile
 from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
@@ -44,7 +54,17 @@ PROGRESS_INTERVAL_S = 0.2
 SHARED_CACHE_FETCHERS = 4  # downloads from the shared cache at once (network-bound threads, not processes)
 SHARED_CACHE_UPLOADERS = 2
 WORKER_NICENESS = 10  # added to the server's: parse workers run at a lower CPU priority
+CACHE_RETRY_SECONDS = 30.0  # a trace whose cache could not be written is parsed again after this
+WATCHDOG_INTERVAL_S = 0.5
 _progress_queue: Any = None
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """What one parse may take: wall time (its worker is killed past it) and address space (0: no cap)."""
+
+    max_parse_seconds: float = 3600.0
+    memory_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,7 @@ class IngestState:
     message: str | None = None
     attempts: int = 0
     started: float = field(default_factory=time.time)
+    retry_at: float | None = None  # a failure that may pass (cache not writable): ask again after this
 
     def to_json(self) -> dict[str, Any]:
         progress = self.bytes_done / self.bytes_total if self.bytes_total else 0.0
@@ -80,9 +101,11 @@ class IngestState:
 
 
 # ---- in the worker process -------------------------------------------------------------------
-def _init_worker(queue: Any) -> None:
+def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     global _progress_queue
     _progress_queue = queue
+    if memory_bytes:  # allocations past it raise MemoryError in the parse instead of the OOM killer's SIGKILL
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     map_large_arrays_directly()
     # Parsing yields the CPU to the server process: pages stay responsive while a large trace is read.
     with contextlib.suppress(OSError):
@@ -104,13 +127,15 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
+    if _progress_queue is not None:  # which process parses what: a fault is pinned on its own file
+        _progress_queue.put((request.cache_key, "worker", os.getpid()))
 
     def on_progress(bytes_read: int) -> None:
         nonlocal last_report
         now = time.monotonic()
         if _progress_queue is not None and now - last_report >= PROGRESS_INTERVAL_S:
             last_report = now
-            _progress_queue.put((request.cache_key, bytes_read))
+            _progress_queue.put((request.cache_key, "bytes", bytes_read))
 
     if request.kind == "snapshot":
         from profscope.ingest.snapshot_job import ingest_snapshot
@@ -187,6 +212,26 @@ def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any,
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:
     try:
         return run_ingest(request)
+    except MemoryError:
+        release_freed_memory()
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        cap = f" (its limit: {limit:,} bytes, --worker-memory-bytes)" if limit != resource.RLIM_INFINITY else ""
+        return {"error": f"the parser ran out of memory{cap}", "worker_fault": True}
+    except OSError as exc:
+        if not is_cache_write_failure(exc, request.cache_root):
+            raise
+        TraceCache(Path(request.cache_root)).forget(request.cache_key)  # no half-written entry stays
+        return {
+            "error": f"the parsed result could not be written to the cache ({exc.strerror or exc}); "
+            f"it is parsed again in {CACHE_RETRY_SECONDS:.0f} s",
+            "retry_after_s": CACHE_RETRY_SECONDS,
+        }
+
+
+def run_job(request: IngestRequest) -> dict[str, Any]:
+    """What the pool runs: the ingest, with every failure turned into an answer for the page."""
+    try:
+        return _run_guarded(request)
     except Exception as exc:  # report bugs on the page instead of losing them in a log
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         log.error("ingest of %s failed:\n%s", request.key, traceback.format_exc())
@@ -205,8 +250,10 @@ class IngestManager:
         max_snapshot_bytes: int = 8 << 30,
         shared: SharedCache | None = None,
         shared_write: bool = False,
+        limits: WorkerLimits | None = None,
     ) -> None:
         self.cache = cache
+        self.limits = limits or WorkerLimits()
         self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
         self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
         self.source_for = source_for  # a trace's root URI -> the Source that reads it
@@ -215,7 +262,9 @@ class IngestManager:
         self.max_trace_bytes = max_trace_bytes
         self.max_snapshot_bytes = max_snapshot_bytes
         self._context = multiprocessing.get_context("spawn")
-        self._progress = self._context.Queue()
+        # SimpleQueue: a worker's put() writes to the pipe itself. A Queue hands it to a feeder thread,
+        # which never runs while a hung parse holds the GIL: its pid would never reach the watchdog.
+        self._progress = self._context.SimpleQueue()
         self._lock = threading.RLock()
         self._states: dict[str, IngestState] = {}
         self._pending: OrderedDict[str, TraceFile] = OrderedDict()
@@ -228,10 +277,15 @@ class IngestManager:
         self._uploaders = ThreadPoolExecutor(SHARED_CACHE_UPLOADERS, "shared-cache-upload") if shared_write else None
         self._pool: ProcessPoolExecutor | None = None
         self._closed = False
-        self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0}
+        self._worker_pids: dict[str, tuple[int, float]] = {}  # cache key -> (pid of its worker, monotonic start)
+        self._exit_codes: dict[str, int | None] = {}  # cache key -> exit code of its worker, which died
+        self._overtime: set[str] = set()  # parses whose worker the watchdog killed
+        self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0, "killed_overtime": 0}
         self.durations: list[float] = []
         self._progress_thread = threading.Thread(target=self._drain_progress, name="ingest-progress", daemon=True)
         self._progress_thread.start()
+        self._watchdog = threading.Thread(target=self._watch_parse_time, name="ingest-watchdog", daemon=True)
+        self._watchdog.start()
 
     # ---- public --------------------------------------------------------------------------------
     def state(self, trace: TraceFile) -> IngestState:
@@ -239,6 +293,9 @@ class IngestManager:
             known = self._states.get(trace.cache_key)
             if known is not None and known.state in ("pending", "parsing"):
                 return known
+            if known is not None and known.retry_at is not None and time.time() >= known.retry_at:
+                del self._states[trace.cache_key]  # its failure may have passed: the next request parses again
+                known = None
         if self.cache.is_ready(trace.cache_key):
             return IngestState(state="ready", bytes_done=trace.info.size, bytes_total=trace.info.size)
         error = self.cache.error(trace.cache_key)
@@ -311,7 +368,7 @@ class IngestManager:
                 max_workers=self.workers,
                 mp_context=self._context,
                 initializer=_init_worker,
-                initargs=(self._progress,),
+                initargs=(self._progress, self.limits.memory_bytes),
             )
         return self._pool
 
@@ -385,10 +442,10 @@ class IngestManager:
                 max_snapshot_bytes=self.max_snapshot_bytes,
             )
             try:
-                future = self._ensure_pool().submit(_run_guarded, request)
+                future = self._ensure_pool().submit(run_job, request)
             except (BrokenProcessPool, RuntimeError):
                 self._restart_pool()
-                future = self._ensure_pool().submit(_run_guarded, request)
+                future = self._ensure_pool().submit(run_job, request)
             self._running[key] = future
             future.add_done_callback(lambda f, k=key, t=trace: self._finished(k, t, f))
 
@@ -396,39 +453,49 @@ class IngestManager:
         pool, self._pool = self._pool, None
         self.counters["pool_restarts"] += 1
         if pool is not None:
+            self._record_exit_codes(pool)
             _stop_pool(pool)
+
+    def _record_exit_codes(self, pool: ProcessPoolExecutor) -> None:
+        """Before the broken pool's other workers are stopped: which running parses lost their worker, and how."""
+        processes = getattr(pool, "_processes", None) or {}
+        for key, (pid, _) in self._worker_pids.items():
+            process = processes.get(pid)
+            if process is not None and wait_for_processes([process.sentinel], timeout=0):  # it has ended
+                process.join(timeout=5)  # its pipes close a moment before it can be reaped
+                self._exit_codes[key] = process.exitcode
 
     def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
         with self._lock:
             self._running.pop(key, None)
             state = self._states.get(key) or IngestState()
+            had_worker = key in self._worker_pids
             try:
                 result = future.result()
             except BrokenProcessPool:
                 result = None
-                self._restart_pool()
+                if self._pool is not None and getattr(self._pool, "_broken", False):
+                    self._restart_pool()
             except Exception as exc:
                 result = {"error": f"internal error: {exc}"}
-            if result is None:
-                reason = "the worker process parsing this trace died (killed, or out of memory)"
-                if state.attempts < 2 and not self._closed:
-                    self.counters["retried"] += 1
-                    state.state, state.message = "pending", f"{reason}; retrying"
-                    self._pending[key] = trace
-                    self._pending.move_to_end(key, last=False)
-                else:
-                    self.cache.write_error(key, {"message": reason, "kind": "WorkerDied"})
-                    state.state, state.message = "error", reason
-                    self.counters["failed"] += 1
-                    self._report_end(state, ok=False)
-                    self._publish(key, trace)
+            self._worker_pids.pop(key, None)
+            worker_died = key in self._exit_codes
+            exit_code = self._exit_codes.pop(key, None)
+            if result is None and had_worker and not worker_died:
+                self._requeue_bystander(key, trace, state)
+            elif result is None or result.get("worker_fault"):
+                reason = self._death_reason(key, exit_code) if result is None else result["error"]
+                self._worker_fault(key, trace, state, reason)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 self.counters["failed"] += 1
-                if not self.cache.error(key):
-                    self.cache.write_error(key, {"message": result["error"], "kind": "InternalError"})
                 self._report_end(state, ok=False)
-                self._publish(key, trace)
+                if "retry_after_s" in result:  # the cache could not be written: not the file's fault, nothing to share
+                    state.retry_at = time.time() + result["retry_after_s"]
+                else:
+                    if not self.cache.error(key):
+                        self._remember_error(key, {"message": result["error"], "kind": "InternalError"})
+                    self._publish(key, trace)
             else:
                 state.state, state.bytes_done = "ready", trace.info.size
                 self.counters["ingested"] += 1
@@ -436,6 +503,67 @@ class IngestManager:
                 self._report_end(state, ok=True)
                 self._publish(key, trace)
             self._pump()
+
+    def _requeue_bystander(self, key: str, trace: TraceFile, state: IngestState) -> None:
+        """Its worker was alive: the pool broke under another parse. Parse it again, free of charge."""
+        state.attempts -= 1
+        state.state, state.message, state.bytes_done = "pending", "parsing again (another file's parser died)", 0
+        self._pending[key] = trace
+        self._pending.move_to_end(key, last=False)
+
+    def _worker_fault(self, key: str, trace: TraceFile, state: IngestState, reason: str) -> None:
+        """Its worker died or ran out of memory: retry once, then remember the failure with the reason."""
+        if state.attempts < 2 and not self._closed:
+            self.counters["retried"] += 1
+            state.state, state.message, state.bytes_done = "pending", f"{reason}; retrying", 0
+            self._pending[key] = trace
+            self._pending.move_to_end(key, last=False)
+            return
+        self._remember_error(key, {"message": reason, "kind": "WorkerDied"})
+        state.state, state.message = "error", reason
+        self.counters["failed"] += 1
+        self._report_end(state, ok=False)
+        self._publish(key, trace)
+
+    def _death_reason(self, key: str, exit_code: int | None) -> str:
+        if key in self._overtime:
+            self._overtime.discard(key)
+            return (
+                f"the parse took longer than {self.limits.max_parse_seconds:g} s (--max-parse-seconds) and was stopped"
+            )
+        if exit_code is None:
+            return "the worker process parsing this trace died (killed, or out of memory)"
+        if exit_code < 0:
+            number = -exit_code
+            name = signal.Signals(number).name if number in signal.valid_signals() else "?"
+            hint = " (out of memory, or killed by hand)" if number == signal.SIGKILL else ""
+            return f"the parser process was killed (signal {number}, {name}){hint}"
+        return f"the parser process exited with code {exit_code}"
+
+    def _remember_error(self, key: str, error: dict[str, Any]) -> None:
+        """Write the failure to the cache; when the cache cannot be written, the in-memory state still holds it."""
+        try:
+            self.cache.write_error(key, error)
+        except OSError as exc:
+            log.warning("could not write the failure of %s to the cache: %s", key, exc)
+
+    def _watch_parse_time(self) -> None:
+        """Kill the worker of a parse running longer than the limit (a hang never returns by itself)."""
+        while not self._closed:
+            time.sleep(WATCHDOG_INTERVAL_S)
+            deadline = time.monotonic() - self.limits.max_parse_seconds
+            with self._lock:
+                overdue = [
+                    (key, pid)
+                    for key, (pid, started) in self._worker_pids.items()
+                    if key in self._running and key not in self._overtime and started < deadline
+                ]
+                for key, pid in overdue:
+                    log.warning("parse of %s exceeded %g s: killing its worker", key, self.limits.max_parse_seconds)
+                    self._overtime.add(key)
+                    self.counters["killed_overtime"] += 1
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
 
     def _report_end(self, state: IngestState, ok: bool) -> None:
         if self.metrics is not None:
@@ -449,11 +577,15 @@ class IngestManager:
                 return
             if item is None:
                 return
-            key, bytes_done = item
+            key, what, value = item
             with self._lock:
                 state = self._states.get(key)
-                if state is not None and state.state == "parsing":
-                    state.bytes_done = bytes_done
+                if state is None or state.state != "parsing":
+                    continue
+                if what == "worker":
+                    self._worker_pids[key] = (value, time.monotonic())
+                else:
+                    state.bytes_done = value
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:

@@ -9,6 +9,10 @@ tried: correctness never depends on how the writer laid out whitespace.
 
 Anything the fast path does not recognise (``traceEvents`` not near the start, odd nesting) falls
 back to decoding the whole document at once, bounded by the configured size limit.
+
+Hostile content is handled here, once, for every decode: bytes that are not UTF-8 (a mangled kernel
+name) are replaced by U+FFFD and counted, so the rest of the trace stays readable; JSON nested deeper
+than the decoder's recursion limit (about 1,000 levels) refuses the file with where it happened.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ MAX_CUT_ATTEMPTS = 64
 MAX_EVENT_BYTES = 256 << 20  # one event larger than this is refused rather than buffered forever
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _WHITESPACE = b" \t\r\n"
+_DOCUMENT_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 class TraceFormatError(ValueError):
@@ -40,6 +45,11 @@ class TraceFormatError(ValueError):
 
 class SizeLimitExceeded(TraceFormatError):
     pass
+
+
+def valid_utf8(data: bytes) -> bytes:
+    """``data`` with every byte sequence that is not UTF-8 replaced by U+FFFD."""
+    return data.decode("utf-8", "replace").encode()
 
 
 class CountingReader(io.RawIOBase):
@@ -126,6 +136,22 @@ class ChromeTraceReader:
         self.top_level: dict[str, Any] = {}
         self.is_bare_array = False
         self._consumed = 0  # decompressed offset of the current buffer's first byte
+        self.non_utf8_pieces = 0  # pieces in which bytes that are not UTF-8 were replaced
+
+    def _decode(self, decode: Callable[[bytes], T], data: bytes) -> T:
+        """``decode(data)``, tolerating bytes that are not UTF-8 and refusing absurd nesting clearly."""
+        try:
+            try:
+                return decode(data)
+            except UnicodeDecodeError:
+                decoded = decode(valid_utf8(data))
+                self.non_utf8_pieces += 1
+                return decoded
+        except RecursionError:
+            raise TraceFormatError(
+                f"JSON nested too deeply (more than about 1,000 levels of '[' or '{{') within the "
+                f"{len(data):,} bytes after byte {self._consumed:,} of the decompressed trace: not a profiler trace"
+            ) from None
 
     def pieces(self, decode: Callable[[bytes], T]) -> Iterator[T]:
         """Decode ``[piece]`` for successive pieces of the event array with ``decode``."""
@@ -184,7 +210,7 @@ class ChromeTraceReader:
             return None
         header = buffer[lead + 1 : match.start()].rstrip(_WHITESPACE).rstrip(b",")
         try:
-            self.top_level.update(msgspec.json.decode(b"{" + header + b"}"))
+            self.top_level.update(self._decode(msgspec.json.decode, b"{" + header + b"}"))
         except msgspec.DecodeError:
             return None  # "traceEvents" was nested or quoted: use the slow, certain path
         return match.end()
@@ -200,7 +226,7 @@ class ChromeTraceReader:
             rest = buffer[brace + 1 : brace + 256].lstrip(_WHITESPACE)
             if rest[:1] == b"," and rest[1:].lstrip(_WHITESPACE)[:1] == b"{":
                 try:  # one copy of the piece, bracketed (8 MB; slicing and adding would copy it thrice)
-                    decoded = decode(b"".join((b"[", memoryview(buffer)[: brace + 1], b"]")))
+                    decoded = self._decode(decode, b"".join((b"[", memoryview(buffer)[: brace + 1], b"]")))
                 except msgspec.DecodeError as exc:
                     # A cut inside a string fails at or after the string's start, so the true
                     # boundary (or a real syntax error) lies before the reported position.
@@ -233,7 +259,7 @@ class ChromeTraceReader:
             if piece.endswith(b","):  # tolerate a trailing comma before "]"
                 piece = piece[:-1]
             try:
-                decoded = decode(b"[" + piece + b"]")
+                decoded = self._decode(decode, b"[" + piece + b"]")
             except msgspec.DecodeError as exc:
                 first_error = first_error or exc
                 end = close
@@ -255,7 +281,7 @@ class ChromeTraceReader:
             return None
         body = tail.lstrip(b",").lstrip(_WHITESPACE)
         try:
-            footer = msgspec.json.decode(b"{" + body if body != b"}" else b"{}")
+            footer = self._decode(msgspec.json.decode, b"{" + body if body != b"}" else b"{}")
         except msgspec.DecodeError:
             return None
         return footer if isinstance(footer, dict) else None
@@ -267,7 +293,7 @@ class ChromeTraceReader:
                 break
             buffer += more
         try:
-            document = msgspec.json.decode(buffer, type=dict[str, msgspec.Raw])
+            document = self._decode(_DOCUMENT_DECODER.decode, buffer)
         except msgspec.DecodeError as exc:
             raise TraceFormatError(f"malformed JSON: {_describe_decode_error(exc, 0)}") from exc
         events = document.pop("traceEvents", None)
@@ -279,8 +305,8 @@ class ChromeTraceReader:
                 )
             raise TraceFormatError("not a Chrome trace: the JSON object has no 'traceEvents' list")
         for key, raw in document.items():
-            self.top_level[key] = msgspec.json.decode(raw)
+            self.top_level[key] = self._decode(msgspec.json.decode, raw)
         raw_events = bytes(events)
         if raw_events.lstrip(_WHITESPACE)[:1] != b"[":
             raise TraceFormatError("'traceEvents' is not a list")
-        yield decode(raw_events)
+        yield self._decode(decode, raw_events)

@@ -12,6 +12,7 @@ Format drift is handled here, once, so no view has to know about it:
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -144,9 +145,14 @@ _HOST_KINDS = frozenset((Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
 _DEVICE_KIND_IDS = np.array(sorted(_DEVICE_KINDS), dtype=np.int8)
 _HOST_KIND_IDS = np.array(sorted(_HOST_KINDS), dtype=np.int8)
 _SKIPPED_TS = "events without a usable 'ts' were skipped"
+_SKIPPED_COUNTERS = "counter events without a usable 'ts' were skipped"
 _UNMATCHED_BEGIN = "'B' events without a matching 'E' were skipped"
 _TIMED_SIDE_TABLES = ("memory", "flows", "counters", "instants")  # sorted by time, then file order
 _ZEROED_DUR = "negative, huge or missing durations were set to 0"
+_NON_UTF8 = "pieces of the trace had bytes that are not UTF-8 (shown as \ufffd)"
+# Beyond this, times in nanoseconds relative to the trace's start overflow int64 (epoch µs today: 1.8e15).
+MAX_ABS_TS_US = 4e15
+MAX_DUR_US = 1e15
 
 
 def _ints(values: list[Any]) -> list[int]:
@@ -182,8 +188,20 @@ def _as_float(value: Number) -> float:
         return math.nan
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond any float
         return math.nan
+
+
+def _usable_ts(ts: Any) -> Any:
+    """A start time (float or float array) that is a number and can be placed on the trace's timeline."""
+    return np.isfinite(ts) & (np.abs(ts) <= MAX_ABS_TS_US)
+
+
+def _scalar(value: Any) -> Number:
+    """A JSON value where a number or string is expected: containers and booleans become their text."""
+    if value is None or (isinstance(value, int | float | str) and not isinstance(value, bool)):
+        return value
+    return str(value)
 
 
 def _as_str(value: Any) -> str:
@@ -207,7 +225,7 @@ def _raw_text(raw: msgspec.Raw) -> str:
     if b" " in text or b"\n" in text:
         try:
             return msgspec.json.encode(msgspec.json.decode(text)).decode()
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError):  # Raw values are not checked for UTF-8 when read
             return text.decode("utf-8", "replace")
     return text.decode("utf-8", "replace")
 
@@ -217,7 +235,7 @@ def _triple(raw: msgspec.Raw) -> tuple[int, int, int]:
         return (NO_ID, NO_ID, NO_ID)
     try:
         values = msgspec.json.decode(bytes(raw))
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return (NO_ID, NO_ID, NO_ID)
     if not isinstance(values, list):
         return (NO_ID, NO_ID, NO_ID)
@@ -245,10 +263,7 @@ def _lenient_event(item: Any) -> Event | None:
             elif value is None or isinstance(value, int | float | str):
                 fields[field_name] = value
         typed_args = Args(**fields)
-    scalars = {}
-    for key in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s"):
-        value = item.get(key)
-        scalars[key] = value if value is None or isinstance(value, int | float | str) else str(value)
+    scalars = {key: _scalar(item.get(key)) for key in ("ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s")}
     return Event(**scalars, args=typed_args)
 
 
@@ -548,13 +563,13 @@ class TableBuilder:
             ts = np.array([_as_float(e.ts) for e in events], dtype=np.float64)
             dur = np.array([_as_float(e.dur) for e in events], dtype=np.float64)
             dur[np.isnan(dur)] = 0.0
-        bad_ts = ~np.isfinite(ts) | (np.abs(ts) > 1e17)
+        bad_ts = ~_usable_ts(ts)
         if bad_ts.any():
             self.warnings[_SKIPPED_TS] = self.warnings.get(_SKIPPED_TS, 0) + int(bad_ts.sum())
             keep = np.flatnonzero(~bad_ts)
             events = [events[i] for i in keep]
             ts, dur = ts[keep], dur[keep]
-        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > 1e15)
+        bad_dur = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_DUR_US)
         if bad_dur.any():
             self.warnings[_ZEROED_DUR] = self.warnings.get(_ZEROED_DUR, 0) + int(bad_dur.sum())
             dur[bad_dur] = 0.0
@@ -614,9 +629,10 @@ class TableBuilder:
 
     def _timed(self, events: list[Event], what: str) -> tuple[list[float], list[Event]]:
         times = _floats([e.ts for e in events])
-        if np.isfinite(np.asarray(times, dtype=np.float64)).all():
+        usable = _usable_ts(np.asarray(times, dtype=np.float64))
+        if usable.all():
             return times, events
-        kept = [(t, e) for t, e in zip(times, events, strict=True) if math.isfinite(t)]
+        kept = [(t, e) for t, e, ok in zip(times, events, usable.tolist(), strict=True) if ok]
         self.warn(f"{what} without a usable 'ts' were skipped")
         return [t for t, _ in kept], [e for _, e in kept]
 
@@ -628,7 +644,7 @@ class TableBuilder:
         memory["ts_ns"].extend([0] * len(events))
         memory["track"].extend(self.tracks_of(events))
         memory["addr"].extend(_ints([a.addr for a in args]))
-        memory["bytes"].extend([v if v.__class__ is int else _as_int(v, 0) for v in [a.mem_bytes for a in args]])
+        memory["bytes"].extend([_as_int(a.mem_bytes, 0) for a in args])  # an unknown size counts as 0 bytes
         memory["total_allocated"].extend(_ints([a.total_allocated for a in args]))
         memory["total_reserved"].extend(_ints([a.total_reserved for a in args]))
         memory["device_type"].extend(_ints([a.device_type for a in args]))
@@ -682,8 +698,10 @@ class TableBuilder:
         if phase == "M":
             self._add_metadata(event)
             return
+        if phase == "C":  # counters are decoded separately (their args are free-form)
+            return
         ts = _as_float(event.ts)
-        if not math.isfinite(ts):
+        if not _usable_ts(ts):
             self.warn(f"'{_as_str(phase)[:8]}' events without a usable 'ts' were skipped")
             return
         if phase in _INSTANT_PHASES:
@@ -698,7 +716,7 @@ class TableBuilder:
             begin_ts, begin = stack.pop()
             begin.ph, begin.ts, begin.dur = "X", begin_ts, ts - begin_ts
             self._add_complete([begin])
-        elif phase != "C":  # counters are decoded separately (their args are free-form)
+        else:
             self.warn(f"events with unknown phase {_as_str(phase)[:8]!r} were skipped")
 
     def _add_metadata(self, event: Event) -> None:
@@ -736,9 +754,10 @@ class TableBuilder:
             if not isinstance(item, dict) or item.get("ph") != "C" or not isinstance(item.get("args"), dict):
                 continue
             ts = _as_float(item.get("ts"))
-            if not math.isfinite(ts):
+            if not _usable_ts(ts):
+                self.warn(_SKIPPED_COUNTERS)
                 continue
-            track = self.track(item.get("pid"), item.get("tid"))
+            track = self.track(_scalar(item.get("pid")), _scalar(item.get("tid")))
             name = self.strings.intern(_as_str(item.get("name")))
             for series, value in item["args"].items():
                 number = _as_float(value)
@@ -870,7 +889,9 @@ def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
 def _column(values: list[Any], dtype: str) -> np.ndarray:
     try:
         return np.asarray(values, dtype=dtype)
-    except OverflowError:  # an integer beyond the column's range (ids are meaningless then)
+    except OverflowError:  # an integer beyond the column's width (a 2**40 device, a 300 device type): unknown
+        if np.dtype(dtype).kind == "f":
+            return np.asarray([_as_float(v) for v in values], dtype=dtype)
         return np.asarray([_fitting(_as_int(v), dtype) for v in values], dtype=dtype)
 
 
@@ -898,9 +919,13 @@ def _intern_first_seen(local_ids: np.ndarray, values: list[Any], intern: Callabl
 
 def _string_flow_id(text: str) -> int:
     try:
-        return int(text, 0)
+        value = int(text, 0)
     except ValueError:
-        return hash(text) & 0x7FFFFFFFFFFFFFFF
+        value = None
+    if value is not None and -(1 << 63) <= value < (1 << 63):
+        return value
+    # a digest, not hash(): the same in every process (pieces of one trace are decoded in two)
+    return int.from_bytes(hashlib.blake2b(text.encode(errors="replace"), digest_size=8).digest(), "little") >> 1
 
 
 def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
@@ -931,12 +956,70 @@ _META_KEYS = (
 )
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | float | bool) or _is_int(value)
+
+
+# deviceProperties fields the views compute with: integers, or left out
+_DEVICE_NUMBERS = frozenset(
+    (
+        "id", "totalGlobalMem", "computeMajor", "computeMinor", "maxThreadsPerBlock", "maxThreadsPerMultiprocessor",
+        "regsPerBlock", "regsPerMultiprocessor", "warpSize", "sharedMemPerBlock", "sharedMemPerMultiprocessor",
+        "numSms", "sharedMemPerBlockOptin",
+    )
+)  # fmt: skip
+
+
+def _device_property(key: str, value: Any) -> bool:
+    if key in _DEVICE_NUMBERS:
+        return _is_int(value)
+    return isinstance(value, str) if key == "name" else _is_scalar(value)
+
+
+def _device_properties(value: Any) -> list[dict[str, Any]]:
+    """``deviceProperties``: objects of plain values, integers where the views compute (ids, capabilities)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        {key: item for key, item in device.items() if _device_property(key, item)}
+        for device in value
+        if isinstance(device, dict)
+    ]
+
+
+def _distributed_info(value: Any) -> dict[str, Any] | None:
+    """``distributedInfo``: rank and world size as integers, process groups as objects with integer ranks."""
+    if not isinstance(value, dict):
+        return None
+    info = {key: item for key, item in value.items() if _is_scalar(item) and key != "pg_config"}
+    for key in ("rank", "world_size"):
+        if key in info and not _is_int(info[key]):
+            del info[key]
+    groups = value.get("pg_config")
+    if isinstance(groups, list):
+        info["pg_config"] = [
+            {
+                **{key: item for key, item in group.items() if _is_scalar(item)},
+                "ranks": group["ranks"]
+                if isinstance(group.get("ranks"), list) and all(map(_is_int, group["ranks"]))
+                else None,
+            }
+            for group in groups
+            if isinstance(group, dict)
+        ]
+    return info
+
+
 def _meta_from_top_level(top_level: dict[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = {key: top_level[key] for key in _META_KEYS if key in top_level}
-    if not isinstance(meta.get("deviceProperties"), list):
-        meta["deviceProperties"] = []
-    if not isinstance(meta.get("distributedInfo"), dict):
-        meta.pop("distributedInfo", None)
+    meta["deviceProperties"] = _device_properties(meta.get("deviceProperties"))
+    meta["distributedInfo"] = _distributed_info(meta.get("distributedInfo"))
+    if meta["distributedInfo"] is None:
+        del meta["distributedInfo"]
     meta["other"] = {
         key: value
         for key, value in top_level.items()
@@ -993,6 +1076,8 @@ def parse_trace(
         raise TraceFormatError("the trace has no events")
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
+    if reader.non_utf8_pieces:
+        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
     tables = builder.finish(reader.top_level)
     tables.meta["pieces"] = {
         "total": router.pieces,

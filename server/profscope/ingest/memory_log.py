@@ -42,7 +42,7 @@ CATEGORIES = ("params", "grads", "os_params", "os_state", "activation")
 LAYOUTS = ("params", "grads", "os_params", "os_state", "activation_base")
 BLOCK_START = "Memory State:"
 
-_NUMBER = r"-?\d+(?:\.\d+)?"
+_NUMBER = r"-?\d{1,12}(?:\.\d+)?"  # up to 10**12 MiB: more would overflow the 64-bit byte counts
 _TIME = re.compile(r"^time: (?P<seconds>\S+)$")
 _TOTAL = re.compile(rf"^total_memory: (?P<total>{_NUMBER}) MB$")
 _CATEGORIES = re.compile("^" + ", ".join(rf"{name}_memory: (?P<{name}>{_NUMBER}) MB" for name in CATEGORIES) + "$")

@@ -11,6 +11,11 @@ or amplify a few bytes into many objects (EMPTY_DICT, DUP, memo GETs appended to
 checks each request against the budget and, every time it reads more input (1 MiB at a time),
 how much the process has grown since decoding began: over the budget,
 decoding stops with :class:`PickleRefused` before memory runs out.
+
+One opcode can also ask for gigabytes without reading anything: LONG_BINPUT with a memo index of
+a billion makes the C unpickler grow its memo table to that many slots (8 GB, zeroed) from 5 bytes
+of input. So while decoding, the process's address space may grow by the budget and a margin at
+most (RLIMIT_AS, restored afterwards): past it the allocation fails and the pickle is refused.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import io
 import os
 import pickle
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 READ_CHUNK = 1 << 20
 LIMIT_SETTING = "--max-snapshot-bytes / PROFSCOPE_MAX_SNAPSHOT_BYTES"  # named in refusals: how to raise the limit
+ADDRESS_SPACE_MARGIN = 1 << 30  # malloc arenas and thread stacks reserve address space they do not use
 
 
 class PickleRefused(Exception):
@@ -38,6 +45,34 @@ def resident_bytes() -> int:
             return int(statm.read().split()[1]) * PAGE_BYTES
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def address_space_bytes() -> int:
+    """Current virtual size of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * PAGE_BYTES
+    except OSError:
+        return 0
+
+
+@contextmanager
+def _address_space_growth_at_most(extra_bytes: int) -> Iterator[None]:
+    """Within the block, allocations that would grow the address space past ``extra_bytes`` fail."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    current = address_space_bytes()
+    limit = current + extra_bytes + ADDRESS_SPACE_MARGIN
+    for bound in (soft, hard):
+        if bound != resource.RLIM_INFINITY:
+            limit = min(limit, bound)
+    if not current:  # no /proc: nothing to measure from
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 class _DataOnlyUnpickler(pickle.Unpickler):
@@ -135,14 +170,25 @@ def load_plain_data(
     # buffered: the unpickler peeks ahead instead of asking for every opcode's bytes one call at a time
     unpickler = _DataOnlyUnpickler(_BudgetedBuffer(budgeted), buffers=None)
     try:
-        return unpickler.load()
+        with _address_space_growth_at_most(max_decoded_bytes):
+            return unpickler.load()
     except PickleRefused:
         raise
     except MemoryError as exc:
         raise PickleRefused(
-            "refused: the pickle asks for more memory than this machine can allocate (a declared size is too large)"
+            f"refused: the pickle asks for more memory than allowed at once (an object or memo table beyond the "
+            f"limit of {max_decoded_bytes:,} bytes, PROFSCOPE_MAX_SNAPSHOT_BYTES)"
         ) from exc
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        OverflowError,  # a FRAME length beyond 2**63
+    ) as exc:
         raise PickleRefused(f"not a readable pickle: {type(exc).__name__}: {exc}") from exc
     finally:
         unpickler = None

@@ -50,6 +50,8 @@ class PieceRouter:
         index = self.pieces
         if self._helper_ready() and index % HERE_EVERY != 0:
             _VALIDATOR.decode(piece)  # raises for a wrong cut, like a full decode would
+            if not piece.isascii():  # Raw does not check strings: the reader replaces bad bytes on this error
+                piece.decode("utf-8")
             try:
                 self._connection.send_bytes(index.to_bytes(8, "little"))
                 self._connection.send_bytes(piece)
@@ -107,6 +109,8 @@ class PieceRouter:
             result = self._connection.recv()
         except EOFError:
             raise TraceFormatError("the process decoding half of this trace died (out of memory?)") from None
+        if result.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
+            raise MemoryError(result["error"])
         if "error" in result:
             raise TraceFormatError(result["error"])
         yield result
@@ -133,6 +137,10 @@ def _decode_pieces(connection: Connection, native: bool) -> None:
         connection.send(builder.partial())
     except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return
+    except MemoryError:
+        builder = None  # frees the partial tables, so that the answer can be sent
+        with contextlib.suppress(OSError):
+            connection.send({"error": "the second parser process ran out of memory", "out_of_memory": True})
     except Exception as exc:
         message = (
             str(exc)

@@ -15,6 +15,7 @@ dicts and frame lists, keeping the decoded size to a fraction of the pickle's.
 from __future__ import annotations
 
 import gc
+import math
 from array import array
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,10 @@ from profscope.tables import NO_ID, StringTable
 SNAPSHOT_PARSER_VERSION = 2  # bump when the tables a snapshot is read into change
 SWEEP_EVERY_BYTES = 8 << 20
 MAX_ANNOTATIONS = 10_000
+# Settings and annotations are copied for the page. A pickle can make a small list reach itself many
+# times over (each level [x, x]): copying that naively takes 2**depth steps, so the copy is bounded.
+MAX_METADATA_VALUES = 1_000_000
+MAX_METADATA_DEPTH = 64
 
 
 class SnapshotFormatError(Exception):
@@ -91,8 +96,8 @@ class _Stacks:
     def _frame_row(self, frame: Any) -> int:
         if type(frame) is not dict:
             raise SnapshotFormatError(f"a stack frame is a {type(frame).__name__}, expected a dict")
-        filename, line, name = str(frame.get("filename", "")), _int(frame.get("line"), 0), str(frame.get("name", ""))
-        key = (filename, line, name)
+        key = (_text(frame.get("filename", "")), _int(frame.get("line"), 0), _text(frame.get("name", "")))
+        filename, line, name = key
         row = self.frame_rows.get(key)
         if row is None:
             row = self.frame_rows[key] = len(self.frame_rows)
@@ -102,19 +107,33 @@ class _Stacks:
         return row
 
 
-def _int(value: Any, default: int = NO_ID) -> int:
-    if type(value) is int:
-        return value
+def _int(value: Any, default: int = NO_ID, limit: int = 2**63) -> int:
+    """An integer field: ``default`` when the value is not a number or does not fit ``[-limit, limit)``."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int | float):
-        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return default
+        value = int(value)
+    if isinstance(value, int):
+        return value if -limit <= value < limit else default
     return default
+
+
+def _text(value: Any) -> str:
+    """A name field: strings as they are, numbers as text, anything else by its type (never its repr,
+    which for a self-sharing structure from a hostile pickle can take forever)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, int | float):
+        return str(value)
+    return f"<{type(value).__name__}>"
 
 
 def _addr(value: Any) -> int:
     """Addresses are unsigned 64-bit; the tables keep them in int64 (CUDA addresses are below 2**63)."""
-    value = _int(value, 0)
+    if type(value) is not int:
+        value = _int(value, 0)
     if not -(2**63) <= value < 2**64:
         raise SnapshotFormatError(f"address {value} does not fit in 64 bits")
     return value - 2**64 if value >= 2**63 else value
@@ -132,6 +151,8 @@ ENTRY_COLUMNS = (
     ("device_free", "i8"),
 )
 ENTRY_DTYPE = np.dtype(list(ENTRY_COLUMNS))
+# What a value that does not fit its column becomes (device, order, action, addr, size, stream, time, stack, free)
+ENTRY_DEFAULTS = (0, 0, UNKNOWN_ACTION, 0, 0, 0, NO_ID, NO_ID, NO_ID)
 
 
 class _EntryColumns:
@@ -143,6 +164,7 @@ class _EntryColumns:
         self.chunks: list[np.ndarray] = []  # one structured array per batch of entries
         self.unknown_actions: dict[str, int] = {}
         self.without_time = 0
+        self.out_of_range = 0  # rows with an integer beyond 64 bits
         self.rows = 0
 
     def add(self, device: int, first_order: int, entries: list) -> list[int]:
@@ -155,9 +177,10 @@ class _EntryColumns:
             if type(entry) is not dict:
                 raise SnapshotFormatError(f"device {device} trace entry {order} is not a dict")
             get = entry.get
-            action = actions.get(get("action"), UNKNOWN_ACTION)
+            action_name = get("action")
+            action = actions.get(action_name, UNKNOWN_ACTION) if action_name.__class__ is str else UNKNOWN_ACTION
             if action == UNKNOWN_ACTION:
-                name = str(get("action"))
+                name = _text(action_name)
                 self.unknown_actions[name] = self.unknown_actions.get(name, 0) + 1
             time_us = get("time_us")
             device_free = get("device_free")
@@ -182,10 +205,18 @@ class _EntryColumns:
             if time_us is None:
                 self.without_time += 1
         if rows:
-            self.chunks.append(np.array(rows, dtype=ENTRY_DTYPE))
+            self.chunks.append(self._array(rows))
         self.rows += len(rows)
         self.budget()
         return stacks
+
+    def _array(self, rows: list[tuple]) -> np.ndarray:
+        try:
+            return np.array(rows, dtype=ENTRY_DTYPE)
+        except OverflowError:  # an integer beyond 64 bits means nothing: the column's default instead
+            fitted = [tuple(map(_int, row, ENTRY_DEFAULTS)) for row in rows]
+            self.out_of_range += sum(row != fit for row, fit in zip(rows, fitted, strict=True))
+            return np.array(fitted, dtype=ENTRY_DTYPE)
 
     def consume(self, device: int, first_order: int, entries: list) -> None:
         """Add, then empty the entries' dicts and frame lists so the decoded objects shrink."""
@@ -328,19 +359,27 @@ def _normalise(
     }
     if entries.unknown_actions:
         warnings.append(f"unknown trace actions kept as 'unknown': {entries.unknown_actions}")
+    if entries.out_of_range:
+        warnings.append(f"{entries.out_of_range} trace entries had integers beyond 64 bits, read as unknown")
     devices = sorted(
         set(np.unique(columns["entries"]["device"]).tolist()) | set(np.unique(segment_columns["device"]).tolist())
     )
     settings = extra.get("allocator_settings") if isinstance(extra, dict) else None
     annotations = extra.get("external_annotations") if isinstance(extra, dict) else None
+    settings = _bounded_plain(settings, "allocator_settings", warnings) if isinstance(settings, dict) else None
+    annotations = (
+        _bounded_plain(annotations[:MAX_ANNOTATIONS], "external_annotations", warnings)
+        if isinstance(annotations, list)
+        else None
+    )
     meta = {
         "shape": shape,
         "devices": [int(d) for d in devices],
         "device_traces": len(traces),
         "has_time": entries.rows > 0 and entries.without_time == 0,
         "entries_without_time": entries.without_time,
-        "allocator_settings": _plain(settings) if isinstance(settings, dict) else None,
-        "external_annotations": _plain(annotations[:MAX_ANNOTATIONS]) if isinstance(annotations, list) else [],
+        "allocator_settings": settings,
+        "external_annotations": annotations or [],
         "warnings": warnings,
     }
     return SnapshotTables(columns=columns, strings=strings, meta=meta)
@@ -362,15 +401,41 @@ def _relabel_swept_devices(entries: _EntryColumns, sweeper: _TraceSweeper, trace
     )
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe copy of settings / annotations (tuples become lists, odd keys become strings)."""
+class _TooLarge(Exception):
+    pass
+
+
+def _bounded_plain(value: Any, what: str, warnings: list[str]) -> Any:
+    """JSON-safe copy of settings / annotations, or None (and a warning) when it is absurdly big or deep."""
+    remaining = [MAX_METADATA_VALUES]
+    try:
+        return _plain(value, remaining, 0)
+    except _TooLarge:
+        warnings.append(
+            f"'{what}' was left out: more than {MAX_METADATA_VALUES:,} values or {MAX_METADATA_DEPTH} levels deep"
+        )
+        return None
+
+
+def _plain(value: Any, remaining: list[int], depth: int) -> Any:
+    """JSON-safe copy (tuples become lists, odd keys become strings), counting down ``remaining`` values."""
+    remaining[0] -= 1
+    if remaining[0] < 0 or depth > MAX_METADATA_DEPTH:
+        raise _TooLarge
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {_text(k): _plain(v, remaining, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, remaining, depth + 1) for v in value]
     if isinstance(value, str | int | float | bool) or value is None:
         return value
-    return repr(value)
+    return _text(value)
+
+
+def _pool_name(pool: Any) -> str:
+    """A memory pool id as text: ``(0, 1)`` for the usual (device, id) pair."""
+    if isinstance(pool, list | tuple) and all(isinstance(part, int | str) for part in pool):
+        return repr(tuple(pool))
+    return _text(pool)
 
 
 def _segments(segments: list, strings: StringTable, stacks: _Stacks) -> tuple[dict, dict]:
@@ -398,6 +463,8 @@ def _segments(segments: list, strings: StringTable, stacks: _Stacks) -> tuple[di
             raise SnapshotFormatError(f"segment {index} is a {type(segment).__name__}, expected a dict")
         address = _addr(segment.get("address", 0))
         blocks = segment.get("blocks") or []
+        if not isinstance(blocks, list):
+            raise SnapshotFormatError(f"the blocks of segment {index} are a {type(blocks).__name__}, expected a list")
         first = len(blk["segment"])
         cursor = address
         allocated = active = requested = 0
@@ -407,9 +474,9 @@ def _segments(segments: list, strings: StringTable, stacks: _Stacks) -> tuple[di
             size = _int(block.get("size"), 0)
             block_address = _addr(block["address"]) if "address" in block else cursor
             state_name = block.get("state", "inactive")
-            state = BLOCK_STATE.get(state_name)
+            state = BLOCK_STATE.get(state_name) if isinstance(state_name, str) else None
             if state is None:
-                raise SnapshotFormatError(f"block state {state_name!r} of segment {index} is not a known state")
+                raise SnapshotFormatError(f"block state {_text(state_name)!r} of segment {index} is not a known state")
             history = block.get("history")
             last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], dict) else {}
             block_requested = _int(block.get("requested_size", last.get("real_size", size)), size)
@@ -427,7 +494,7 @@ def _segments(segments: list, strings: StringTable, stacks: _Stacks) -> tuple[di
                 active += size
                 requested += block_requested
         pool = segment.get("segment_pool_id")
-        seg["device"].append(_int(segment.get("device"), 0))
+        seg["device"].append(_int(segment.get("device"), 0, limit=2**31))
         seg["address"].append(address)
         seg["total_size"].append(_int(segment.get("total_size"), cursor - address))
         seg["allocated_size"].append(_int(segment.get("allocated_size"), allocated))
@@ -437,11 +504,7 @@ def _segments(segments: list, strings: StringTable, stacks: _Stacks) -> tuple[di
         seg_type = segment.get("segment_type")
         seg["segment_type"].append(SEGMENT_TYPES.index(seg_type) if seg_type in SEGMENT_TYPES else -1)
         seg["is_expandable"].append(1 if segment.get("is_expandable") else 0)
-        seg["pool"].append(
-            strings.intern(repr(tuple(pool)) if isinstance(pool, list | tuple) else str(pool))
-            if pool is not None
-            else NO_ID
-        )
+        seg["pool"].append(strings.intern(_pool_name(pool)) if pool is not None else NO_ID)
         seg["stack"].append(stacks.stack_of(segment.get("frames")))
         seg["first_block"].append(first)
         seg["block_count"].append(len(blk["segment"]) - first)
