@@ -169,3 +169,27 @@ def test_every_setting_is_a_flag_an_environment_variable_and_documented() -> Non
             if flag:
                 assert f"`{flag}`" in readme, (command, flag)
     assert "PROFSCOPE_SHARD_COUNT" in readme and "JOB_COMPLETION_INDEX" in readme
+
+
+def test_an_idle_keep_alive_connection_outlives_proxy_idle_timeouts(tmp_path: Path) -> None:
+    """A proxy or browser reuses idle connections: the server must not close one after a few seconds
+    (uvicorn's default of 5 s made a request that raced the close fail in the load test)."""
+    import http.client
+    import time
+    from urllib.parse import urlsplit
+
+    root = tmp_path / "empty"
+    root.mkdir()
+    with running_server([root], tmp_path / "cache", workers=1) as base:
+        address = urlsplit(base)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+        try:
+            connection.request("GET", "/healthz")
+            assert connection.getresponse().read() and connection.sock is not None
+            first_socket = connection.sock
+            time.sleep(7)  # longer than uvicorn's default keep-alive timeout
+            connection.request("GET", "/healthz")  # on the same socket: raises if the server closed it
+            assert connection.getresponse().status == 200
+            assert connection.sock is first_socket
+        finally:
+            connection.close()
