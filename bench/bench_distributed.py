@@ -27,10 +27,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from local_http import free_port, get
 from run_bench import CORPUS, OUT, SHARED, _tree_rss_kb
 
 SOURCE = "hta/nccl_parser_config/nccl_data.json.gz"
@@ -79,22 +79,6 @@ def write_ranks(base: Path, ranks: int, folder: Path) -> None:
         with gzip.open(folder / f"rank{rank}.pt.trace.json.gz", "wb", compresslevel=1) as out:
             out.write(head_bytes)
             out.write(rank_body)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=600) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null")
 
 
 class Sampler(threading.Thread):

@@ -25,14 +25,14 @@ import io
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from local_http import free_port, get
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO.parent / "shared" / "corpus"))
@@ -141,20 +141,6 @@ def scale_snapshot(source: Path, target_bytes: int, out: Path) -> dict:
         writer.raw(pickle.SETITEMS)
         writer.raw(pickle.STOP)
     return {"copies": copies, "entries": entries, "bytes": out.stat().st_size}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=300) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null")
 
 
 def tree_rss_mb(root_pid: int) -> tuple[float, float]:

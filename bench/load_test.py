@@ -34,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -45,6 +44,8 @@ from typing import Any
 
 import httpx
 import numpy as np
+
+from local_http import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO.parent / "shared" / "corpus")).resolve()
@@ -79,10 +80,6 @@ class Sample:
 
 
 # ---- the server --------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(roots: list[Path], work: Path, workers: int) -> tuple[subprocess.Popen, str]:
