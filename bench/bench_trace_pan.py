@@ -18,26 +18,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from local_http import free_port, get
+from bench_trace_page import CHROMIUM, CHROMIUM_ARGS, HOOK, wait_drawn, wait_ingested
+from local_http import free_port
 
-CHROMIUM = os.environ.get("PROFSCOPE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-HOOK = "window.__profscopeTrace"
 PANS, MOVES, MOVE_PX = 3, 60, 10
-
-
-def wait_drawn(page) -> None:
-    page.wait_for_function(
-        f"() => {HOOK} && {HOOK}.idle && {HOOK}.sections.every((s) => s.answered) && {HOOK}.stats.draws > 0",
-        timeout=120_000,
-    )
-    page.wait_for_timeout(250)  # the debounce of a request that may follow
-    page.wait_for_function(f"() => {HOOK}.idle", timeout=120_000)
 
 
 def drawn_items(page) -> int:
@@ -118,16 +106,9 @@ def main() -> int:
     with open(work / "server.log", "w") as log:
         server = subprocess.Popen([*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
         try:
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError("the server exited")
-                try:
-                    status, runs = get(f"{base}/api/runs")
-                    if status == 200 and runs["runs"] and runs["runs"][0]["state"] == "ready":
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.2)
+            run = wait_ingested(base, server)
+            if run["state"] != "ready":
+                raise RuntimeError(f"the trace was not ingested: {run['errors']}")
             url = f"{base}/trace?run=run&workers={','.join(workers)}"
             result = {"trace": str(args.trace), "ranks": args.ranks, "viewport": [args.width, args.height]}
             result.update(measure(url, {"width": args.width, "height": args.height}, args.zoom_steps))
