@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from conftest import REPO, corpus_file
-from profscope.analysis import names
+from profscope.analysis import name_rules
 from profscope.analysis.context import TraceContext
 from profscope.analysis.distributed import build_distributed, rank_from_name, rank_summary, summary_from_json
 from profscope.cache import dumps
@@ -379,17 +379,17 @@ def test_rank_numbers_in_worker_names() -> None:
 
 
 def test_collective_names() -> None:
-    assert names.collective_kind("nccl:_all_gather_base") == "all_gather"
-    assert names.collective_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
-    assert names.collective_kind("c10d::alltoall_base_") == "all_to_all"
-    assert names.collective_kind("gloo:broadcast") == "broadcast"
-    assert names.collective_kind("nccl:send") == "send" and names.collective_kind("nccl:recv") == "recv"
-    assert names.collective_kind("nccl:coalesced") == "coalesced"
-    assert names.collective_kind("allgather_into_tensor_coalesced") == "all_gather"
-    assert names.is_comm_kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
-    assert names.is_comm_kernel("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(x)")
-    assert not names.is_comm_kernel("void at::native::reduce_kernel<512, 1>(x)")
-    assert names.is_backend_comm_op("gloo:all_reduce") and not names.is_backend_comm_op("c10d::allreduce_")
+    assert name_rules.collective_kind("nccl:_all_gather_base") == "all_gather"
+    assert name_rules.collective_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "reduce_scatter"
+    assert name_rules.collective_kind("c10d::alltoall_base_") == "all_to_all"
+    assert name_rules.collective_kind("gloo:broadcast") == "broadcast"
+    assert name_rules.collective_kind("nccl:send") == "send" and name_rules.collective_kind("nccl:recv") == "recv"
+    assert name_rules.collective_kind("nccl:coalesced") == "coalesced"
+    assert name_rules.collective_kind("allgather_into_tensor_coalesced") == "all_gather"
+    assert name_rules.is_comm_kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    assert name_rules.is_comm_kernel("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(x)")
+    assert not name_rules.is_comm_kernel("void at::native::reduce_kernel<512, 1>(x)")
+    assert name_rules.is_backend_comm_op("gloo:all_reduce") and not name_rules.is_backend_comm_op("c10d::allreduce_")
 
 
 def test_summary_is_small_and_versioned() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
 from profscope.catalog import Run, TraceFile, build_runs
@@ -17,6 +18,11 @@ from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
+from profscope.store import Store
+from profscope.views.view import RunFacts
+
+if TYPE_CHECKING:
+    from profscope.views.view import View
 
 log = logging.getLogger("profscope.state")
 
@@ -50,10 +56,13 @@ def _display_uri(uri: str, source: Source | None) -> str:
 
 
 class Profscope:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, views: Sequence[View] = ()) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
+        self.views = tuple(views)  # the registry (profscope.views.VIEWS), handed in: views sit above this layer
+        queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
+        self.store = Store(self.cache, queries)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -81,6 +90,7 @@ class Profscope:
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
             limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes),
+            queries=queries,
         )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
@@ -194,12 +204,14 @@ class Profscope:
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
+        applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs))
         return {
             "run": run.name,
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states, snapshots + memory_logs),
+            "views": [name for name, reason in applicable.items() if reason is None],
+            "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
@@ -215,15 +227,6 @@ class Profscope:
             ],
         }
 
-    def memory_view_of(self, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]) -> list[str]:
-        """["memory"] when the run has allocator snapshots, memory.log files or a parsed trace with memory events."""
-        if memory_files:
-            return ["memory"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
-                return ["memory"]
-        return []
-
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
         """Workers and spans, leaving out files that failed to parse (they are listed under errors)."""
@@ -235,22 +238,22 @@ class Profscope:
                 workers.append({"worker": worker, "spans": readable})
         return workers
 
-    def views_of(
+    def run_facts(
         self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]
-    ) -> list[str]:
-        """The pages a run has, in the navigation's order (``memory_files``: its snapshots and memory.log files)."""
-        if not traces:
-            return self.memory_view_of(traces, states, memory_files)
-        views = ["overview", "operators"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready":
-                summary = self.cache.summary(trace.cache_key) or {}
-                if summary.get("kernels"):
-                    views.append("kernels")
-                    break
-        views.extend(self.memory_view_of(traces, states, memory_files))
-        first = self.cache.summary(traces[0].cache_key) or {}
-        if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
-            views.append("distributed")
-        views.append("trace")
-        return views
+    ) -> RunFacts:
+        """What the views ask of a run (``memory_files``: its snapshots and memory.log files)."""
+        parsed = [
+            self.cache.summary(t.cache_key) or {} for t, s in zip(traces, states, strict=True) if s.state == "ready"
+        ]
+        first = (self.cache.summary(traces[0].cache_key) or {}) if traces else {}
+        return RunFacts(
+            traces=len(traces),
+            kernels=any(summary.get("kernels") for summary in parsed),
+            memory=bool(memory_files) or any(summary.get("memory_events") for summary in parsed),
+            workers=len(run.workers()),
+            distributed_info=bool(first.get("distributed")),
+        )
+
+    def views_of(self, facts: RunFacts) -> dict[str, str | None]:
+        """Each per-run page in the navigation's order: None when it applies to the run, else the reason."""
+        return {view.name: view.applies(facts) for view in self.views if view.run_tab}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profscope.analysis import names as rules
+from profscope.analysis import name_rules
 from profscope.analysis.arrays import lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
@@ -71,13 +71,13 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         tables, host_rows, live, node_parent, is_cpu_op, runtime_rows, runtime_node, device_rows, device_node
     )
 
-    excluded = rules.string_mask(
+    excluded = name_rules.string_mask(
         tables.strings,
         lambda s: (
-            s in rules.EXCLUDED_OPERATOR_NAMES
-            or rules.is_optimizer(s)
-            or rules.is_profiler_step(s)
-            or rules.is_dataloader(s)
+            s in name_rules.EXCLUDED_OPERATOR_NAMES
+            or name_rules.is_optimizer(s)
+            or name_rules.is_profiler_step(s)
+            or name_rules.is_dataloader(s)
         ),
     )
     is_operator = live & is_cpu_op & ~excluded[np.asarray(events["name"])[host_rows]]
@@ -183,8 +183,8 @@ def _node_sums(
     count = len(host_rows)
     host_total = dur[host_rows]
     device_dur = dur[device_rows]
-    is_tc_kernel = (np.asarray(events["kind"])[device_rows] == Kind.KERNEL) & rules.string_mask(
-        tables.strings, rules.uses_tensor_cores
+    is_tc_kernel = (np.asarray(events["kind"])[device_rows] == Kind.KERNEL) & name_rules.string_mask(
+        tables.strings, name_rules.uses_tensor_cores
     )[name[device_rows]]
     launched = device_node >= 0
 
@@ -197,7 +197,7 @@ def _node_sums(
     runtime_time = per_node(runtime_node[attached], dur[runtime_rows][attached])
     has_live_parent = live & (node_parent >= 0)
     children_time = per_node(node_parent[has_live_parent], host_total[has_live_parent])
-    eligible_names = rules.string_mask(tables.strings, lambda s: s in rules.TENSOR_CORE_ELIGIBLE_OPS)
+    eligible_names = name_rules.string_mask(tables.strings, lambda s: s in name_rules.TENSOR_CORE_ELIGIBLE_OPS)
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()

@@ -50,8 +50,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from profscope.analysis import intervals
-from profscope.analysis import names as rules
+from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import communication_device_rows, track_pids
@@ -238,9 +237,9 @@ def _collective_calls(
     ts = np.asarray(events["ts_ns"])
     dur = np.asarray(events["dur_ns"])
     host = np.isin(kind, HOST_OP_KINDS)
-    backend_name = rules.string_mask(strings, rules.is_backend_comm_op)
+    backend_name = name_rules.string_mask(strings, name_rules.is_backend_comm_op)
     if has_kernels:
-        gloo_name = rules.string_mask(strings, lambda s: s.startswith("gloo:"))
+        gloo_name = name_rules.string_mask(strings, lambda s: s.startswith("gloo:"))
         host_calls = np.flatnonzero(host & gloo_name[name])
     else:
         host_calls = np.flatnonzero(host & backend_name[name])
@@ -349,7 +348,7 @@ class _CallResolver:
         strings = self.strings
         chain = [row, *self._ancestors(row, on_device)]
         coll_rows = [c for c in (self._row_in(self.coll_event, r) for r in chain) if c != NO_ID]
-        backend_op = next((r for r in chain if rules.is_backend_comm_op(strings[int(self.name[r])])), None)
+        backend_op = next((r for r in chain if name_rules.is_backend_comm_op(strings[int(self.name[r])])), None)
         c10d_op = next((r for r in chain[1:] if strings[int(self.name[r])].startswith("c10d::")), None)
         coll = self.coll
 
@@ -369,12 +368,12 @@ class _CallResolver:
             display = strings[int(self.name[c10d_op])]
         else:
             display = _short_kernel_name(strings[int(self.name[row])])
-        kind = rules.collective_kind(collective_name or display)
+        kind = name_rules.collective_kind(collective_name or display)
         if kind == "other" and on_device:
-            kind = rules.collective_kind(strings[int(self.name[row])])
+            kind = name_rules.collective_kind(strings[int(self.name[row])])
         dtype_id = first("dtype")
         dtype = strings[dtype_id] if dtype_id != NO_ID else None
-        element = rules.DTYPE_BYTES.get(dtype or "", 0)
+        element = name_rules.DTYPE_BYTES.get(dtype or "", 0)
         in_nelems, out_nelems = first("in_nelems"), first("out_nelems")
         size = in_nelems * element if in_nelems >= 0 and element else -1
         out_size = out_nelems * element if out_nelems >= 0 and element else -1
@@ -421,7 +420,7 @@ class _CallResolver:
         for shape, type_name in zip(dims, types, strict=False):
             if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
                 continue
-            total += int(np.prod(shape, dtype=np.int64)) * rules.DTYPE_BYTES.get(str(type_name), 0)
+            total += int(np.prod(shape, dtype=np.int64)) * name_rules.DTYPE_BYTES.get(str(type_name), 0)
         return total
 
 
@@ -493,8 +492,9 @@ def _step_breakdown(
         compute = (kind == Kind.KERNEL) & ~comm_device
     else:
         name = np.asarray(events["name"])
-        excluded = rules.string_mask(
-            tables.strings, lambda s: rules.is_comm_op(s) or rules.is_dataloader(s) or rules.is_profiler_step(s)
+        excluded = name_rules.string_mask(
+            tables.strings,
+            lambda s: name_rules.is_comm_op(s) or name_rules.is_dataloader(s) or name_rules.is_profiler_step(s),
         )
         compute = np.isin(kind, HOST_OP_KINDS) & ~excluded[name]
     computation = intervals.merge(ts[compute], end[compute])
@@ -529,7 +529,7 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
-    dma = rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
+    dma = name_rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
     is_mem = device & (np.isin(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
     is_comm = device & comm_device & ~is_mem
     is_comp = device & ~is_mem & ~is_comm

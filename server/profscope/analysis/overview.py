@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis import intervals
-from profscope.analysis import names as rules
+from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -32,9 +31,9 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     name = np.asarray(events["name"])
     strings = tables.strings
     comm_kernel = communication_device_rows(tables, tree)
-    comm_op_name = rules.string_mask(strings, rules.is_comm_op)
-    dataloader_name = rules.string_mask(strings, rules.is_dataloader)
-    step_name = rules.string_mask(strings, rules.is_profiler_step)
+    comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
+    dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
+    step_name = name_rules.string_mask(strings, name_rules.is_profiler_step)
     host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
     masks = {
@@ -59,8 +58,8 @@ def communication_device_rows(tables: TraceTables, tree: CallTree) -> np.ndarray
     events = tables.events
     name = np.asarray(events["name"])
     is_comm = np.zeros(len(name), dtype=bool)
-    kernel_name = rules.string_mask(tables.strings, rules.is_comm_kernel)
-    comm_op_name = rules.string_mask(tables.strings, rules.is_comm_op)
+    kernel_name = name_rules.string_mask(tables.strings, name_rules.is_comm_kernel)
+    comm_op_name = name_rules.string_mask(tables.strings, name_rules.is_comm_op)
     rows = tree.device_rows
     is_comm[rows] = kernel_name[name[rows]]
     launched = tree.device_node >= 0
@@ -117,7 +116,7 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
     end = ts + np.asarray(events["dur_ns"])[rows]
     blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[is_kernel]
     occupancy = np.asarray(kernels["est_occupancy_pct"])[is_kernel]
-    tc_name = rules.string_mask(tables.strings, rules.uses_tensor_cores)
+    tc_name = name_rules.string_mask(tables.strings, name_rules.uses_tensor_cores)
     uses_tc = tc_name[np.asarray(events["name"])[rows]]
     window_start, window_end = steps.window
     window_ns = max(window_end - window_start, 1)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
-from profscope.analysis.names import PROFILER_STEP_PREFIX
+from profscope.analysis.name_rules import PROFILER_STEP_PREFIX
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
 INDEX_VERSION = 1

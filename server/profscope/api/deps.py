@@ -1,4 +1,4 @@
-"""Shared lookups for the routers: the server state, and (run, worker, span) -> trace file."""
+"""Shared lookups for the routers: the server state, the store, and (run, worker, span) -> trace file."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ from fastapi.responses import JSONResponse, Response
 from profscope.cache import dumps
 from profscope.catalog import Run, TraceFile
 from profscope.state import Profscope
+from profscope.store import Store
 
 
 def get_state(request: Request) -> Profscope:
     return request.app.state.profscope
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.profscope.store
 
 
 def get_run(request: Request, run: str = Query(..., description="Run name, as listed by /api/runs")) -> Run:
@@ -40,7 +45,7 @@ def json_response(value: object, status_code: int = 200) -> Response:
 
 def payload_or_status(state: Profscope, trace: TraceFile, name: str) -> tuple[bytes | None, Response | None]:
     """The cached payload, or the response to send while the trace is parsing or after it failed."""
-    data = state.cache.read_view(trace.cache_key, name)
+    data = state.store.result(trace.cache_key, name)
     if data is not None:
         return data, None
     status = state.ingest.request(trace, urgent=True)

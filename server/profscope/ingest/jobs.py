@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import TraceFile
-from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
+from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
+    from profscope.analysis.payloads import Query
     from profscope.metrics import IngestMetrics
     from profscope.shared_cache import SharedCache
 
@@ -77,6 +78,35 @@ class IngestRequest:
     max_trace_bytes: int
     kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
     max_snapshot_bytes: int = 8 << 30
+    queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
+
+    @classmethod
+    def for_file(
+        cls,
+        file: TraceFile,
+        source: Source,
+        cache_root: str | Path,
+        queries: tuple[Query, ...],
+        max_trace_bytes: int,
+        max_snapshot_bytes: int = 8 << 30,
+        cache_key: str | None = None,
+    ) -> IngestRequest:
+        """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
+        ``serve``, ``index`` and ``ingest`` ask for a parse."""
+        return cls(
+            source=source,
+            key=file.key,
+            size=file.info.size,
+            cache_key=cache_key or file.cache_key,
+            cache_root=str(cache_root),
+            max_trace_bytes=max_trace_bytes,
+            kind=file.kind,
+            max_snapshot_bytes=max_snapshot_bytes,
+            queries=tuple(query for query in queries if query.kind == _QUERY_KIND.get(file.kind)),
+        )
+
+
+_QUERY_KIND = {"trace": "trace", "snapshot": "snapshot"}  # a memory.log has no queries: its router reads the log
 
 
 @dataclass
@@ -121,9 +151,8 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
-    """Parse one trace and cache its tables and payloads. Runs in a worker process."""
+    """Parse one trace and cache its tables and query results. Runs in a worker process."""
     from profscope.analysis.context import TraceContext
-    from profscope.analysis.payloads import registered
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
@@ -161,16 +190,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
     context = TraceContext(tables)
-    view_errors = {}
-    for name, builder in registered().items():
-        mark = time.perf_counter()
-        try:
-            cache.write_view(request.cache_key, name, builder(context))
-            phase_s[name] = time.perf_counter() - mark
-        except Exception as exc:  # one broken view must not hide the others
-            log.exception("view %s failed for %s", name, request.key)
-            view_errors[name] = f"{type(exc).__name__}: {exc}"
-            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    view_errors = write_query_results(cache, request, context, phase_s)
     del context  # its call tree and caches: the timeline index needs the room
     release_freed_memory()
     mark = time.perf_counter()
@@ -193,6 +213,20 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     }
     cache.write_summary(request.cache_key, summary)
     return summary
+
+
+def write_query_results(cache: TraceCache, request: IngestRequest, source: Any, phase_s: dict[str, float]) -> dict:
+    """Compute and store every query of the request; returns the errors by query name (their results say so)."""
+    errors = {}
+    for query in request.queries:
+        mark = time.perf_counter()
+        value, error = query.compute(source)
+        cache.write_view(request.cache_key, query.stored_name, value)
+        phase_s[query.name] = time.perf_counter() - mark
+        if error is not None:
+            log.error("query %s failed for %s", query.name, request.key)
+            errors[query.name] = error
+    return errors
 
 
 def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:
@@ -251,8 +285,10 @@ class IngestManager:
         shared: SharedCache | None = None,
         shared_write: bool = False,
         limits: WorkerLimits | None = None,
+        queries: tuple[Query, ...] = (),
     ) -> None:
         self.cache = cache
+        self.queries = queries  # computed for each file after its parse (profscope.views.registry.queries)
         self.limits = limits or WorkerLimits()
         self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
         self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
@@ -431,15 +467,14 @@ class IngestManager:
             state.attempts += 1
             if state.attempts == 1 and self.metrics is not None:
                 self.metrics.on_start()
-            request = IngestRequest(
-                source=self.source_for(trace.source),
-                key=trace.key,
-                size=trace.info.size,
+            request = IngestRequest.for_file(
+                trace,
+                self.source_for(trace.source),
+                self.cache.root,
+                self.queries,
+                self.max_trace_bytes,
+                self.max_snapshot_bytes,
                 cache_key=key,
-                cache_root=str(self.cache.root),
-                max_trace_bytes=self.max_trace_bytes,
-                kind=trace.kind,
-                max_snapshot_bytes=self.max_snapshot_bytes,
             )
             try:
                 future = self._ensure_pool().submit(run_job, request)

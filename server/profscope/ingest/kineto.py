@@ -23,8 +23,8 @@ import msgspec
 import numpy as np
 
 from profscope.ingest import native_events
-from profscope.ingest.allocator import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
+from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
 from profscope.tables import (
     EVENT_ROW_TABLES,
@@ -1042,7 +1042,7 @@ def parse_trace(
     cores: a second process builds the tables of every other piece, merged at the end. With ``native``
     (and the extension built) complete events are decoded by the C decoder; without, all in Python.
     """
-    from profscope.ingest.second_core import PieceRouter
+    from profscope.ingest.parallel_decode import PieceRouter
 
     counting = CountingReader(raw, on_progress)
     reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)

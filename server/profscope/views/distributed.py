@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
-from profscope.analysis.distributed import build_distributed, summary_from_json
+from profscope.analysis.distributed import build_distributed, rank_payload, summary_from_json
+from profscope.analysis.payloads import query_of
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.state import Profscope
+from profscope.views.view import NO_TRACE, RunFacts, View
 
 router = APIRouter(prefix="/api", tags=["distributed"])
 
-PAYLOAD = "distributed.rank"
-_BUILT_CACHE_SIZE = 8
-_built: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
-_built_lock = threading.Lock()
+PAYLOAD = query_of(rank_payload).name
 
 
 @router.get(
@@ -50,15 +47,8 @@ def distributed(
     ident = {"run": run.name, "span": group[traces[0].worker], "span_position": position + 1}
     if pending:
         return json_response({**ident, **_progress(state, traces, pending)}, status_code=202)
-    key = tuple((item["cache_key"], "summary" in item) for item in inputs)
-    with _built_lock:
-        body = _built.get(key)
-    if body is None:
-        body = build_distributed([_loaded(state, item) for item in inputs])
-        with _built_lock:
-            _built[key] = body
-            while len(_built) > _BUILT_CACHE_SIZE:
-                _built.popitem(last=False)
+    key = ("distributed", *((item["cache_key"], "summary" in item) for item in inputs))
+    body = state.store.loaded(key, lambda: build_distributed([_loaded(state, item) for item in inputs]))
     return json_response({**ident, "workers": len(traces), **_with_links(body, run, group)})
 
 
@@ -72,7 +62,7 @@ def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, 
             "file": trace.key,
             "cache_key": trace.cache_key,
         }
-        if state.cache.view_path(trace.cache_key, PAYLOAD).exists():
+        if state.store.available(trace.cache_key, PAYLOAD):
             inputs.append({**item, "summary": None})
             continue
         status = state.ingest.request(trace, urgent=True)
@@ -90,7 +80,7 @@ def _loaded(state: Profscope, item: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in item.items() if k != "cache_key"}
     if "summary" not in item:
         return out
-    data = state.cache.read_view(item["cache_key"], PAYLOAD)
+    data = state.store.result(item["cache_key"], PAYLOAD)
     summary, error = summary_from_json(data) if data is not None else (None, "its summary disappeared from the cache")
     out.pop("summary")
     return {**out, "summary": summary} if summary is not None else {**out, "error": error}
@@ -140,3 +130,14 @@ def trace_url(run: str, span: str, workers: list[str], window: dict[str, float])
         "end_us": f"{window['end_us']:.3f}",
     }
     return f"/trace?{urlencode(query)}"
+
+
+def applies(facts: RunFacts) -> str | None:
+    if not facts.traces:
+        return NO_TRACE
+    if facts.workers > 1 or facts.distributed_info:  # several ranks, or one rank of a distributed job
+        return None
+    return "This run has one worker and no distributedInfo"
+
+
+VIEW = View("distributed", "Distributed", router, queries=(query_of(rank_payload),), applies=applies)

@@ -1,95 +1,35 @@
-"""JSON twins of the Overview, Operator and Kernel pages (payloads cached at ingest)."""
+"""The Operator page: operators grouped by name or by name and input shape, and each one's call stacks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
-import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
+from profscope.analysis.callstacks import stacks_by_name, stacks_by_name_and_shape
+from profscope.analysis.operators import operators_by_name, operators_by_name_and_shape
+from profscope.analysis.payloads import query_of
+from profscope.api.deps import get_state, get_trace
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
+from profscope.views.shared import STATUS_DOC, TableQuery, cached_view
+from profscope.views.view import View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
-_STATUS_DOC = {
-    202: {"description": "The trace is being parsed: `{state, progress, bytes_done, bytes_total}`; ask again."},
-    404: {"description": "No such run, or no trace for the named worker / span: `{detail}`."},
-    422: {"description": "The trace could not be read: `{error, file}`."},
-}
 
-
-def _ident(trace: TraceFile) -> dict[str, str]:
-    return {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
-
-
-def _view(request: Request, trace: TraceFile, payload: str, shape: Callable[[Any], dict[str, Any]]) -> Response:
-    """The cached payload of ``trace`` passed through ``shape``, or the 202 / 422 status while there is none."""
-    data, pending = payload_or_status(get_state(request), trace, payload)
-    if pending is not None:
-        return pending
-    return json_response({**_ident(trace), **shape(orjson.loads(data))})
-
-
-@router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
-def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    return _view(request, trace, "overview", lambda body: body)
-
-
-class TableQuery:
-    """search / sort / top, shared by the table views."""
-
-    def __init__(
-        self,
-        search: str = Query("", description="Keep rows whose name (or operator) contains this, case-insensitive"),
-        sort: str | None = Query(None, description="Column to sort by; prefix '-' for descending"),
-        top: int | None = Query(None, ge=1, description="Keep the first N rows"),
-    ) -> None:
-        self.search, self.sort, self.top = search, sort, top
-
-    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The payload with its rows searched, sorted and cut; counts before (total) and after search."""
-        rows = body.get("rows", [])
-        matched = _search(rows, self.search)
-        if self.sort:
-            matched = _sorted(matched, self.sort)
-        shown = matched[: self.top] if self.top else matched
-        return {**body, "rows": shown, "total_rows": len(rows), "matched_rows": len(matched)}
-
-
-def _search(rows: list[dict], search: str) -> list[dict]:
-    needle = search.lower()
-    if not needle:
-        return rows
-    return [
-        r for r in rows if needle in str(r.get("name", "")).lower() or needle in str(r.get("operator") or "").lower()
-    ]
-
-
-def _sorted(rows: list[dict], sort: str) -> list[dict]:
-    """Sort by a column; rows without a value go last whatever the direction."""
-    column, descending = sort.lstrip("-"), sort.startswith("-")
-    if not rows or column not in rows[0]:
-        return rows
-    present = [r for r in rows if r.get(column) is not None]
-    absent = [r for r in rows if r.get(column) is None]
-    return sorted(present, key=lambda r: r[column], reverse=descending) + absent
-
-
-@router.get("/operators", responses=_STATUS_DOC, summary="Operators grouped by name or by name and input shape")
+@router.get("/operators", responses=STATUS_DOC, summary="Operators grouped by name or by name and input shape")
 def operators(
     request: Request,
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
     query: TableQuery = Depends(),
 ) -> Response:
-    return _view(request, trace, f"operators.{group_by}", query.apply)
+    return cached_view(request, trace, f"operators.{group_by}", query.apply)
 
 
-@router.get("/operators/stacks", responses=_STATUS_DOC, summary="Call stacks of one operator (group)")
+@router.get("/operators/stacks", responses=STATUS_DOC, summary="Call stacks of one operator (group)")
 def operator_stacks(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -107,14 +47,15 @@ def operator_stacks(
         return {"name": name, "input_shape": input_shape, "stacks": stacks}
 
     group_by = "operator_input_shape" if input_shape is not None else "operator"
-    return _view(request, trace, f"operators.stacks.{group_by}", shape)
+    return cached_view(request, trace, f"operators.stacks.{group_by}", shape)
 
 
-@router.get("/kernels", responses=_STATUS_DOC, summary="Kernels grouped by name, or by launch properties and op")
-def kernels(
-    request: Request,
-    trace: TraceFile = Depends(get_trace),
-    group_by: Literal["kernel", "kernel_op"] = "kernel",
-    query: TableQuery = Depends(),
-) -> Response:
-    return _view(request, trace, f"kernels.{group_by}", query.apply)
+VIEW = View(
+    "operators",
+    "Operator",
+    router,
+    queries=tuple(
+        query_of(function)
+        for function in (operators_by_name, operators_by_name_and_shape, stacks_by_name, stacks_by_name_and_shape)
+    ),
+)

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from profscope.api.deps import get_run, get_state, get_trace, json_response
 from profscope.catalog import Run, TraceFile
+from profscope.views.view import View, always
 
 router = APIRouter(prefix="/api", tags=["runs"])
 
@@ -45,3 +46,6 @@ def retry(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
     state = get_state(request)
     state.ingest.retry(trace)
     return json_response(state.ingest.state(trace).to_json(), status_code=202)
+
+
+VIEW = View("runs", "Runs", router, applies=always, run_tab=False, path="/")

@@ -16,8 +16,8 @@ export function updateNavLinks(ident, runInfo = null) {
     link.setAttribute("href", withQuery(`/${page}`, ident || {}));
     const missing = runInfo && runInfo.state === "ready" && !(runInfo.views || []).includes(page);
     link.classList.toggle("unavailable", Boolean(missing));
-    if (missing && page === "kernels") link.title = "This run has no GPU kernels";
-    else if (missing && page === "distributed") link.title = "This run has one worker and no distributedInfo";
+    const reason = missing && (runInfo.unavailable || {})[page];  // the registry's reason (views/*.py applies)
+    if (reason) link.title = reason;
     else link.removeAttribute("title");
   }
 }
