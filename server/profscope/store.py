@@ -44,8 +44,11 @@ class Store:
         if query is None:
             return self.cache.read_view(cache_key, name)
         data = self.cache.read_view(cache_key, query.stored_name)
-        if data is not None or not self.cache.is_ready(cache_key):
+        if data is not None:
             return data
+        summary = self.cache.summary(cache_key)
+        if summary is None or summary.get("kind", "trace") != query.kind:  # not parsed, or not that kind of file
+            return None
         return self._recompute(cache_key, query)
 
     def available(self, cache_key: str, name: str) -> bool:
