@@ -53,7 +53,7 @@ import orjson
 from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.overview import communication_device_rows, track_pids
+from profscope.analysis.device_activity import communication_device_rows, device_kernels
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
@@ -146,14 +146,9 @@ def _host(tables: TraceTables) -> dict[str, Any]:
 
 def _devices(tables: TraceTables) -> list[dict[str, Any]]:
     """GPUs that ran kernels, with the trace's ``deviceProperties``."""
-    kernels = tables.table("kernels")
-    kind = np.asarray(tables.events["kind"])
-    rows = np.asarray(kernels["event"])
-    on_kernel = kind[rows] == Kind.KERNEL
-    if not on_kernel.any():
+    device = device_kernels(tables).device
+    if not len(device):
         return []
-    device = np.asarray(kernels["device"])[on_kernel]
-    device = np.where(device >= 0, device, track_pids(tables)[np.asarray(tables.events["track"])[rows[on_kernel]]])
     properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
     found = []
     for gpu in sorted(set(device.tolist())):

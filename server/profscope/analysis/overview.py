@@ -14,6 +14,7 @@ import numpy as np
 from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
+from profscope.analysis.device_activity import busy_by_device, communication_device_rows, device_kernels
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import Kind, TraceTables
@@ -46,30 +47,6 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
         "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
     return {category: intervals.merge(ts[mask], end[mask]) for category, mask in masks.items()}
-
-
-def communication_device_rows(tables: TraceTables, tree: CallTree) -> np.ndarray:
-    """Boolean per event: a device event that is communication.
-
-    A kernel is communication when its name is a collective kernel (NCCL/RCCL/...), when the op
-    that launched it is a collective, or when its ``External id`` is a collective op's (old
-    traces; torch 2.0.1 wrote the correlation id there instead, which the launch link covers).
-    """
-    events = tables.events
-    name = np.asarray(events["name"])
-    is_comm = np.zeros(len(name), dtype=bool)
-    kernel_name = name_rules.string_mask(tables.strings, name_rules.is_comm_kernel)
-    comm_op_name = name_rules.string_mask(tables.strings, name_rules.is_comm_op)
-    rows = tree.device_rows
-    is_comm[rows] = kernel_name[name[rows]]
-    launched = tree.device_node >= 0
-    launching_names = name[tree.node_event[tree.device_node[launched]]]
-    is_comm[rows[launched]] |= comm_op_name[launching_names]
-    external = np.asarray(events["external_id"])
-    comm_externals = np.unique(external[comm_op_name[name] & (external >= 0)])
-    if len(comm_externals):
-        is_comm[rows] |= np.isin(external[rows], comm_externals)
-    return is_comm
 
 
 def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
@@ -105,26 +82,23 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
     """Per GPU: utilization, est. SM efficiency, est. achieved occupancy, tensor-core kernel time."""
     kernels = tables.table("kernels")
     events = tables.events
-    kind = np.asarray(events["kind"])
-    kernel_event = np.asarray(kernels["event"])
-    is_kernel = kind[kernel_event] == Kind.KERNEL
-    if not is_kernel.any():
+    on_gpu = device_kernels(tables)
+    if not len(on_gpu.event):
         return []
-    rows = kernel_event[is_kernel]
-    device = _device_ids(tables, np.asarray(kernels["device"])[is_kernel], rows)
+    rows, device = on_gpu.event, on_gpu.device
     ts = np.asarray(events["ts_ns"])[rows]
     end = ts + np.asarray(events["dur_ns"])[rows]
-    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[is_kernel]
-    occupancy = np.asarray(kernels["est_occupancy_pct"])[is_kernel]
+    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[on_gpu.kernel_index]
+    occupancy = np.asarray(kernels["est_occupancy_pct"])[on_gpu.kernel_index]
     tc_name = name_rules.string_mask(tables.strings, name_rules.uses_tensor_cores)
     uses_tc = tc_name[np.asarray(events["name"])[rows]]
     window_start, window_end = steps.window
     window_ns = max(window_end - window_start, 1)
     properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
     summary = []
-    for gpu in sorted(set(device.tolist())):
+    for gpu, busy_intervals in busy_by_device(ts, end, device).items():
         on = device == gpu
-        busy = intervals.clip(intervals.merge(ts[on], end[on]), window_start, window_end)
+        busy = intervals.clip(busy_intervals, window_start, window_end)
         sm_valid = on & (blocks_per_sm > 0)
         sm_efficiency = None
         if sm_valid.any():
@@ -160,25 +134,6 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
             }
         )
     return summary
-
-
-def _device_ids(tables: TraceTables, device_args: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The GPU of each kernel: its ``device`` arg, else its track's pid (kineto puts GPU n at pid n)."""
-    from_pid = track_pids(tables)[np.asarray(tables.events["track"])[rows]]
-    return np.where(device_args >= 0, device_args, from_pid)
-
-
-def track_pids(tables: TraceTables) -> np.ndarray:
-    """Each track's pid as a number (-1 when it is not one), e.g. the GPU index of a device stream."""
-    return np.array([_int_or(t.pid, -1) for t in tables.tracks], dtype=np.int64)
-
-
-def _int_or(text: str, default: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        return default
-    return value if -(1 << 63) <= value < (1 << 63) else default  # a pid beyond 64 bits is no GPU index
 
 
 def environment(tables: TraceTables) -> dict[str, Any]:
