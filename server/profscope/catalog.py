@@ -25,9 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from profscope.ingest.kineto import PARSER_VERSION
-from profscope.ingest.memory_log import MEMORY_LOG_PARSER_VERSION
-from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
+from profscope import parser_versions
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
@@ -64,9 +62,9 @@ class TraceFile:
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
-            TRACE: PARSER_VERSION,
-            SNAPSHOT: f"snapshot{SNAPSHOT_PARSER_VERSION}",
-            MEMORY_LOG: f"memorylog{MEMORY_LOG_PARSER_VERSION}",
+            TRACE: parser_versions.TRACE,
+            SNAPSHOT: f"snapshot{parser_versions.SNAPSHOT}",
+            MEMORY_LOG: f"memorylog{parser_versions.MEMORY_LOG}",
         }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()

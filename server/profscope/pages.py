@@ -5,7 +5,7 @@ One route per view of the registry (``profscope.views.registry``), rendering the
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -17,7 +17,8 @@ from profscope.views.view import View
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(web_dir() / "templates"))
 
-PAGES = {view.name: view.label for view in VIEWS if view.run_tab}  # the per-run pages, in the nav's order
+RUN_VIEWS = {view.name: view for view in VIEWS if view.run_tab}  # the per-run pages, in the nav's order
+PAGES = {name: view.label for name, view in RUN_VIEWS.items()}
 NAV = [{"name": view.name, "label": view.label, "href": view.page_path} for view in VIEWS if view.in_nav]
 
 
@@ -28,6 +29,8 @@ def _render(request: Request, template: str, **context: object) -> HTMLResponse:
 
 
 def _add_page(view: View) -> None:
+    """A page that is not per run (the runs list, a source file) has a route of its own."""
+
     def page(request: Request) -> HTMLResponse:
         return _render(request, view.template, page=view.name, title=view.label)
 
@@ -35,7 +38,8 @@ def _add_page(view: View) -> None:
 
 
 for _view in VIEWS:
-    _add_page(_view)
+    if not _view.run_tab:
+        _add_page(_view)
 
 
 @router.get("/run")
@@ -46,3 +50,12 @@ def run_page(request: Request) -> Response:
 @router.get("/api-docs", response_class=HTMLResponse)
 def api_docs_page(request: Request) -> HTMLResponse:
     return _render(request, "api_docs.html", page="api-docs", title="API")
+
+
+@router.get("/{page}", response_class=HTMLResponse)
+def run_view_page(request: Request, page: str) -> HTMLResponse:
+    """The per-run pages share one route (one metrics label, ``/{page}``)."""
+    view = RUN_VIEWS.get(page)
+    if view is None:
+        raise HTTPException(status_code=404, detail=f"no page {page!r}")
+    return _render(request, view.template, page=view.name, title=view.label)

@@ -1,6 +1,6 @@
 """Host call tree and launch links: which op launched which device activity, with self/total times.
 
-Definitions (torch-tb-profiler's, ``anchors.md`` §1.5):
+Definitions (torch-tb-profiler's, ``docs/definitions.md`` §3):
 - per thread, host ops (``cpu_op``, ``user_annotation``, legacy ``Python``) nest by time containment;
   an op that starts inside another but ends after it is left out of the tree (counted in
   ``dropped``), as the old plugin did;

@@ -1,4 +1,4 @@
-"""Facts about device work that several views show, each defined once (docs/definitions.md, "GPU utilization").
+"""Facts about device work that several views show, each defined once (``docs/definitions.md`` §2.2, §2.3).
 
 - the GPU each kernel ran on: its ``device`` argument, else its track's pid (kineto puts GPU n at pid n);
 - whether a device event is communication;

@@ -5,7 +5,7 @@ payload ``distributed.rank`` reduces it to a summary of a few kilobytes per coll
 view itself (:func:`build_distributed`) reads only those summaries, never the ranks' events, so a
 64-rank job costs 64 small JSON files at request time.
 
-Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §2.2, HTA):
+Definitions (``docs/definitions.md`` §6: torch-tb-profiler's Distributed view and HTA):
 
 - **Collective calls** of a rank: on a GPU rank, every communication kernel (NCCL / RCCL / HCCL /
   UCC / MSCCL kernels, custom all-reduce kernels, and any kernel launched by a collective op), plus

@@ -1,4 +1,4 @@
-"""Overview: step time breakdown, GPU summary and recommendations (``anchors.md`` §1.4).
+"""Overview: step time breakdown, GPU summary and recommendations (``docs/definitions.md`` §2).
 
 Step time breakdown: every nanosecond of a step is counted once, by the highest-priority category
 active then — Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec — and what no
@@ -149,7 +149,7 @@ def environment(tables: TraceTables) -> dict[str, Any]:
 def recommendations(
     tables: TraceTables, tree: CallTree, average: dict[str, float], gpus: list[dict[str, Any]]
 ) -> list[str]:
-    """torch-tb-profiler's rule-based recommendations (``anchors.md`` §1.4), plain text."""
+    """torch-tb-profiler's rule-based recommendations (``docs/definitions.md`` §2.4), plain text."""
     advice: list[str] = []
     total = average.get("total_us") or 0.0
     if total > 0 and average["dataloader_us"] / total > 0.05:

@@ -1,6 +1,6 @@
 """Training steps: found from ``ProfilerStep#N`` and re-timed to device time.
 
-torch-tb-profiler's rules (``anchors.md`` §1.4):
+torch-tb-profiler's rules (``docs/definitions.md`` §1):
 - steps are ``ProfilerStep#N`` host events (``cpu_op``, legacy ``Operator`` or ``user_annotation``);
   with none, one step ``0`` spans all host ops;
 - when anything was launched on a device, each step starts at max(previous step end, host start)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from profscope.cache import dumps
 from profscope.catalog import Run, TraceFile
-from profscope.state import Profscope
-from profscope.store import Store
+
+if TYPE_CHECKING:
+    from profscope.state import Profscope
+    from profscope.store import Store
 
 
 def get_state(request: Request) -> Profscope:

@@ -42,6 +42,7 @@ from profscope.catalog import TraceFile
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
+from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -66,47 +67,6 @@ class WorkerLimits:
 
     max_parse_seconds: float = 3600.0
     memory_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class IngestRequest:
-    source: Source  # pickled to the worker; object-store sources carry options, never a live client
-    key: str
-    size: int
-    cache_key: str
-    cache_root: str
-    max_trace_bytes: int
-    kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
-    max_snapshot_bytes: int = 8 << 30
-    queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
-
-    @classmethod
-    def for_file(
-        cls,
-        file: TraceFile,
-        source: Source,
-        cache_root: str | Path,
-        queries: tuple[Query, ...],
-        max_trace_bytes: int,
-        max_snapshot_bytes: int = 8 << 30,
-        cache_key: str | None = None,
-    ) -> IngestRequest:
-        """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
-        ``serve``, ``index`` and ``ingest`` ask for a parse."""
-        return cls(
-            source=source,
-            key=file.key,
-            size=file.info.size,
-            cache_key=cache_key or file.cache_key,
-            cache_root=str(cache_root),
-            max_trace_bytes=max_trace_bytes,
-            kind=file.kind,
-            max_snapshot_bytes=max_snapshot_bytes,
-            queries=tuple(query for query in queries if query.kind == _QUERY_KIND.get(file.kind)),
-        )
-
-
-_QUERY_KIND = {"trace": "trace", "snapshot": "snapshot"}  # a memory.log has no queries: its router reads the log
 
 
 @dataclass
@@ -213,20 +173,6 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     }
     cache.write_summary(request.cache_key, summary)
     return summary
-
-
-def write_query_results(cache: TraceCache, request: IngestRequest, source: Any, phase_s: dict[str, float]) -> dict:
-    """Compute and store every query of the request; returns the errors by query name (their results say so)."""
-    errors = {}
-    for query in request.queries:
-        mark = time.perf_counter()
-        value, error = query.compute(source)
-        cache.write_view(request.cache_key, query.stored_name, value)
-        phase_s[query.name] = time.perf_counter() - mark
-        if error is not None:
-            log.error("query %s failed for %s", query.name, request.key)
-            errors[query.name] = error
-    return errors
 
 
 def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:

@@ -22,10 +22,12 @@ from typing import IO, Any
 import msgspec
 import numpy as np
 
+from profscope import parser_versions
 from profscope.ingest import native_events
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
 from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
+from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter
 from profscope.tables import (
     EVENT_ROW_TABLES,
     FLOW_PHASES,
@@ -39,7 +41,7 @@ from profscope.tables import (
     Track,
 )
 
-PARSER_VERSION = 2  # bump when tables or cached artifacts change shape
+PARSER_VERSION = parser_versions.TRACE  # bump it there when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
 
 Number = int | float | str | None
@@ -1042,12 +1044,10 @@ def parse_trace(
     cores: a second process builds the tables of every other piece, merged at the end. With ``native``
     (and the extension built) complete events are decoded by the C decoder; without, all in Python.
     """
-    from profscope.ingest.parallel_decode import PieceRouter
-
     counting = CountingReader(raw, on_progress)
     reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
     builder = TableBuilder()
-    router = PieceRouter(enabled=use_second_core, native=native)
+    router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
@@ -1121,6 +1121,9 @@ def _counters(piece: bytes) -> list[Any] | None:
     if b'"C"' not in piece:
         return None
     return [item for item in _ANY_DECODER.decode(piece) if isinstance(item, dict) and item.get("ph") == "C"]
+
+
+KINETO_PIECES = PieceDecoder(decode=decode_piece, new_builder=TableBuilder, add=add_decoded)
 
 
 def parse_trace_file(path: Path, **kwargs: Any) -> TraceTables:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.jobs import IngestRequest, release_freed_memory, write_query_results
+from profscope.ingest.malloc_tuning import release_freed_memory
+from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.ingest.safe_pickle import PickleRefused
 from profscope.ingest.snapshot import SnapshotFormatError, parse_snapshot
 from profscope.sources import SourceError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -12,8 +12,10 @@ from profscope.analysis.distributed import build_distributed, rank_payload, summ
 from profscope.analysis.payloads import query_of
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
-from profscope.state import Profscope
 from profscope.views.view import NO_TRACE, RunFacts, View
+
+if TYPE_CHECKING:
+    from profscope.state import Profscope
 
 router = APIRouter(prefix="/api", tags=["distributed"])
 
@@ -121,7 +123,7 @@ def _with_links(body: dict[str, Any], run: Run, group: dict[str, str]) -> dict[s
 
 def trace_url(run: str, span: str, workers: list[str], window: dict[str, float]) -> str:
     """The Trace view of these workers side by side; the window is relative to the FIRST worker's trace
-    origin (``/work/notes/timeline-api.md``: page URL ``/trace``)."""
+    origin (the Trace page reads ``start_us`` / ``end_us`` so)."""
     query = {
         "run": run,
         "span": span,
