@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from profscope.api.deps import get_state, json_response
 from profscope.config import Settings
+from profscope.views.responses import SourceLines
 
 router = APIRouter(prefix="/api", tags=["source"])
 MAX_SOURCE_BYTES = 4 << 20
@@ -59,6 +60,7 @@ def frame_links(settings: Settings, frame: dict[str, Any]) -> dict[str, str]:
 
 @router.get(
     "/source",
+    response_model=SourceLines,
     summary="Lines of a source file around a line (only under --source-root)",
     responses={
         404: {"description": "No source root is configured, or the path is not a file under one: `{detail}`."},

@@ -12,6 +12,7 @@ from profscope.analysis.distributed import build_distributed, rank_payload, summ
 from profscope.analysis.payloads import query_of
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
+from profscope.views.responses import Distributed
 from profscope.views.view import NO_TRACE, RunFacts, View
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ PAYLOAD = query_of(rank_payload).name
 
 @router.get(
     "/distributed",
+    response_model=Distributed,
     summary="All ranks of a span: computation/communication overlap, synchronizing vs data transfer, stragglers",
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},

@@ -11,13 +11,19 @@ from profscope.analysis.kernels import kernels_by_launch, kernels_by_name
 from profscope.analysis.payloads import query_of
 from profscope.api.deps import get_trace
 from profscope.catalog import TraceFile
+from profscope.views.responses import Kernels
 from profscope.views.shared import STATUS_DOC, TableQuery, cached_view
 from profscope.views.view import NO_TRACE, RunFacts, View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
 
-@router.get("/kernels", responses=STATUS_DOC, summary="Kernels grouped by name, or by launch properties and op")
+@router.get(
+    "/kernels",
+    response_model=Kernels,
+    responses=STATUS_DOC,
+    summary="Kernels grouped by name, or by launch properties and op",
+)
 def kernels(
     request: Request,
     trace: TraceFile = Depends(get_trace),

@@ -44,6 +44,18 @@ from profscope.ingest.memory_log import MemoryLog
 from profscope.ingest.memory_log_job import MEMORY_LOG_VIEW
 from profscope.snapshot_tables import SnapshotTables
 from profscope.tables import TraceTables
+from profscope.views.responses import (
+    MemoryLogCurve,
+    MemoryLogLayers,
+    ProfilerMemory,
+    SnapshotAllocation,
+    SnapshotOoms,
+    SnapshotSegments,
+    SnapshotStacks,
+    SnapshotSummary,
+    SnapshotTimeline,
+    SnapshotTop,
+)
 from profscope.views.view import RunFacts, View
 
 router = APIRouter(prefix="/api/memory", tags=["memory"])
@@ -71,7 +83,12 @@ def _window(start_us: float | None, end_us: float | None) -> None:
 
 
 # ---- profiler memory events ----------------------------------------------------------------------
-@router.get("", responses=_STATUS_DOC, summary="Profiler memory: devices, peaks, curve, memory events, per-op stats")
+@router.get(
+    "",
+    response_model=ProfilerMemory,
+    responses=_STATUS_DOC,
+    summary="Profiler memory: devices, peaks, curve, memory events, per-op stats",
+)
 def profiler_memory(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -179,12 +196,22 @@ Moment = Literal["peak", "end"]
 MomentQuery = Query("peak", description="peak: live at the device's peak allocated bytes; end: at snapshot time")
 
 
-@router.get("/snapshot", responses=_STATUS_DOC, summary="Snapshot summary: devices, peaks, allocator settings")
+@router.get(
+    "/snapshot",
+    response_model=SnapshotSummary,
+    responses=_STATUS_DOC,
+    summary="Snapshot summary: devices, peaks, allocator settings",
+)
 def snapshot_summary(request: Request, snapshot: TraceFile = Depends(get_snapshot)) -> Response:
     return _snapshot_view(request, snapshot, lambda tables, summary: summary)
 
 
-@router.get("/snapshot/timeline", responses=_STATUS_DOC, summary="Active memory timeline, drawn at a size")
+@router.get(
+    "/snapshot/timeline",
+    response_model=SnapshotTimeline,
+    responses=_STATUS_DOC,
+    summary="Active memory timeline, drawn at a size",
+)
 def snapshot_timeline(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -216,14 +243,24 @@ def snapshot_timeline(
     )
 
 
-@router.get("/snapshot/segments", responses=_STATUS_DOC, summary="Allocator state: segments, blocks, fragmentation")
+@router.get(
+    "/snapshot/segments",
+    response_model=SnapshotSegments,
+    responses=_STATUS_DOC,
+    summary="Allocator state: segments, blocks, fragmentation",
+)
 def snapshot_segments(
     request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
     return _snapshot_view(request, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device)))
 
 
-@router.get("/snapshot/top", responses=_STATUS_DOC, summary="Largest allocations live at the peak (or at the end)")
+@router.get(
+    "/snapshot/top",
+    response_model=SnapshotTop,
+    responses=_STATUS_DOC,
+    summary="Largest allocations live at the peak (or at the end)",
+)
 def snapshot_top(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -236,7 +273,12 @@ def snapshot_top(
     )
 
 
-@router.get("/snapshot/stacks", responses=_STATUS_DOC, summary="Live bytes grouped by call stack (sunburst)")
+@router.get(
+    "/snapshot/stacks",
+    response_model=SnapshotStacks,
+    responses=_STATUS_DOC,
+    summary="Live bytes grouped by call stack (sunburst)",
+)
 def snapshot_stacks(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -248,7 +290,12 @@ def snapshot_stacks(
     )
 
 
-@router.get("/snapshot/oom", responses=_STATUS_DOC, summary="Out-of-memory moments: request, free memory, live")
+@router.get(
+    "/snapshot/oom",
+    response_model=SnapshotOoms,
+    responses=_STATUS_DOC,
+    summary="Out-of-memory moments: request, free memory, live",
+)
 def snapshot_oom(
     request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
@@ -264,7 +311,12 @@ def snapshot_oom(
     return _snapshot_view(request, snapshot, shape)
 
 
-@router.get("/snapshot/allocation", responses=_STATUS_DOC, summary="One allocation with its whole call stack")
+@router.get(
+    "/snapshot/allocation",
+    response_model=SnapshotAllocation,
+    responses=_STATUS_DOC,
+    summary="One allocation with its whole call stack",
+)
 def snapshot_allocation(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -313,7 +365,12 @@ def _memory_log_view(request: Request, file: TraceFile, shape: Callable[[MemoryL
     return json_response({**_ident(file), "log": file.span, **shape(log)})
 
 
-@router.get("/log", responses=_STATUS_DOC, summary="InternLM memory.log: memory curve, by category, with peaks")
+@router.get(
+    "/log",
+    response_model=MemoryLogCurve,
+    responses=_STATUS_DOC,
+    summary="InternLM memory.log: memory curve, by category, with peaks",
+)
 def memory_log(
     request: Request,
     file: TraceFile = Depends(get_memory_log),
@@ -331,7 +388,12 @@ def memory_log(
     )
 
 
-@router.get("/log/layers", responses=_STATUS_DOC, summary="InternLM memory.log: one category's bytes by layer")
+@router.get(
+    "/log/layers",
+    response_model=MemoryLogLayers,
+    responses=_STATUS_DOC,
+    summary="InternLM memory.log: one category's bytes by layer",
+)
 def memory_log_layers(
     request: Request,
     file: TraceFile = Depends(get_memory_log),

@@ -13,13 +13,19 @@ from profscope.analysis.payloads import query_of
 from profscope.api.deps import get_state, get_trace
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
+from profscope.views.responses import Operators, OperatorStacks
 from profscope.views.shared import STATUS_DOC, TableQuery, cached_view
 from profscope.views.view import View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
 
-@router.get("/operators", responses=STATUS_DOC, summary="Operators grouped by name or by name and input shape")
+@router.get(
+    "/operators",
+    response_model=Operators,
+    responses=STATUS_DOC,
+    summary="Operators grouped by name or by name and input shape",
+)
 def operators(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -29,7 +35,12 @@ def operators(
     return cached_view(request, trace, f"operators.{group_by}", query.apply)
 
 
-@router.get("/operators/stacks", responses=STATUS_DOC, summary="Call stacks of one operator (group)")
+@router.get(
+    "/operators/stacks",
+    response_model=OperatorStacks,
+    responses=STATUS_DOC,
+    summary="Call stacks of one operator (group)",
+)
 def operator_stacks(
     request: Request,
     trace: TraceFile = Depends(get_trace),

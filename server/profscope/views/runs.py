@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from profscope.api.deps import get_run, get_state, get_trace, json_response
 from profscope.catalog import Run, TraceFile
+from profscope.views.responses import IngestStatus, RunList, RunStatus
 from profscope.views.view import View, always
 
 router = APIRouter(prefix="/api", tags=["runs"])
@@ -14,6 +15,7 @@ router = APIRouter(prefix="/api", tags=["runs"])
 
 @router.get(
     "/runs",
+    response_model=RunList,
     summary="All runs with their state, workers, spans, views and errors; each root with its listing status",
     description="A root whose listing fails keeps serving the runs of its last good listing: it has an `error` "
     "and `stale: true`, and recovers by itself at a later listing.",
@@ -31,13 +33,14 @@ def list_runs(request: Request) -> Response:
 _NO_SUCH_RUN = {404: {"description": "No such run (or, for a retry, no such worker or span): `{detail}`."}}
 
 
-@router.get("/run", responses=_NO_SUCH_RUN, summary="One run's status")
+@router.get("/run", response_model=RunStatus, responses=_NO_SUCH_RUN, summary="One run's status")
 def one_run(request: Request, run: Run = Depends(get_run)) -> Response:
     return json_response(get_state(request).run_status(run))
 
 
 @router.post(
     "/retry",
+    response_model=IngestStatus,
     status_code=202,
     responses=_NO_SUCH_RUN,
     summary="Parse a trace again (after a fix or a transient storage failure)",

@@ -15,6 +15,7 @@ from profscope.api.deps import get_state, get_trace, json_response, payload_or_s
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
 from profscope.tables import TraceTables
+from profscope.views.responses import AreaSummary, SliceDetails, SliceSearch, TimelineWindow, TraceExport, TrackListing
 from profscope.views.shared import ident
 from profscope.views.view import View
 
@@ -69,7 +70,12 @@ END = Query(None, ge=-MAX_ABS_TIME_US, le=MAX_ABS_TIME_US,
 TRACKS = Query(None, description="Comma-separated track ids (from /api/timeline/tracks); default all")
 
 
-@router.get("/tracks", responses=_STATUS_DOC, summary="The trace's track groups and tracks, in display order")
+@router.get(
+    "/tracks",
+    response_model=TrackListing,
+    responses=_STATUS_DOC,
+    summary="The trace's track groups and tracks, in display order",
+)
 def tracks(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
     opened = _open(request, trace)
     if isinstance(opened, Response):
@@ -80,6 +86,7 @@ def tracks(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
 
 @router.get(
     "",
+    response_model=TimelineWindow,
     responses=_STATUS_DOC,
     summary="What is visible in a time window at a pixel width (server-side level of detail)",
     description=(
@@ -105,7 +112,12 @@ def window(
     return json_response(timeline.window(tables, index, start, end, width_px, _track_set(tracks)))
 
 
-@router.get("/slice", responses=_STATUS_DOC, summary="One slice: details, arguments, flows and Python stack")
+@router.get(
+    "/slice",
+    response_model=SliceDetails,
+    responses=_STATUS_DOC,
+    summary="One slice: details, arguments, flows and Python stack",
+)
 def slice_details(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -134,7 +146,12 @@ def _frame(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@router.get("/search", responses=_STATUS_DOC, summary="Slices whose name contains a text, in time order")
+@router.get(
+    "/search",
+    response_model=SliceSearch,
+    responses=_STATUS_DOC,
+    summary="Slices whose name contains a text, in time order",
+)
 def search(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -153,7 +170,12 @@ def search(
     return json_response({**ident(trace), "q": q, "count": len(rows), "index": position, "match": match})
 
 
-@router.get("/summary", responses=_STATUS_DOC, summary="What runs in a time range: time per name and per track")
+@router.get(
+    "/summary",
+    response_model=AreaSummary,
+    responses=_STATUS_DOC,
+    summary="What runs in a time range: time per name and per track",
+)
 def summary(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -171,6 +193,7 @@ def summary(
 
 @router.get(
     "/export",
+    response_model=TraceExport,
     responses={**_STATUS_DOC, 200: {"description": "A Chrome trace JSON file (opens in Perfetto / chrome://tracing)"}},
     summary="The slices of a time window as a Chrome trace file",
 )
