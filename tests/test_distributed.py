@@ -17,7 +17,8 @@ import pytest
 from conftest import REPO, corpus_file
 from profscope.analysis import name_rules
 from profscope.analysis.context import TraceContext
-from profscope.analysis.distributed import build_distributed, rank_from_name, rank_summary, summary_from_json
+from profscope.analysis.distributed import build_distributed, rank_from_name, summary_from_json
+from profscope.analysis.rank_summary import rank_summary
 from profscope.cache import dumps
 from profscope.ingest.kineto import parse_trace_file
 

@@ -8,8 +8,9 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
-from profscope.analysis.distributed import build_distributed, rank_payload, summary_from_json
+from profscope.analysis.distributed import build_distributed, summary_from_json
 from profscope.analysis.payloads import query_of
+from profscope.analysis.rank_summary import rank_payload
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.views.responses import Distributed
