@@ -11,7 +11,7 @@ call these, so the same trace never shows two numbers (or two device names) for 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,24 @@ def device_kernels(tables: TraceTables) -> DeviceKernels:
     device_args = np.asarray(kernels["device"])[kernel_index]
     from_pid = track_pids(tables)[np.asarray(tables.events["track"])[rows]]
     return DeviceKernels(kernel_index, rows, np.where(device_args >= 0, device_args, from_pid).astype(np.int64))
+
+
+def device_descriptions(tables: TraceTables) -> dict[Any, dict[str, Any]]:
+    """Name, memory and compute capability of each GPU in the trace's ``deviceProperties``, by GPU index."""
+    described = {}
+    for props in tables.meta.get("deviceProperties", []):
+        if not isinstance(props, dict):
+            continue
+        major, minor = props.get("computeMajor"), props.get("computeMinor")
+        described[props.get("id")] = {
+            "name": props.get("name"),
+            "memory_bytes": props.get("totalGlobalMem"),
+            "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
+        }
+    return described
+
+
+UNDESCRIBED = {"name": None, "memory_bytes": None, "compute_capability": None}
 
 
 def busy_by_device(start_ns: np.ndarray, end_ns: np.ndarray, device: np.ndarray) -> dict[int, tuple]:

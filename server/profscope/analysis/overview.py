@@ -14,7 +14,13 @@ import numpy as np
 from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.device_activity import busy_by_device, communication_device_rows, device_kernels
+from profscope.analysis.device_activity import (
+    UNDESCRIBED,
+    busy_by_device,
+    communication_device_rows,
+    device_descriptions,
+    device_kernels,
+)
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import Kind, TraceTables
@@ -94,7 +100,7 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
     uses_tc = tc_name[np.asarray(events["name"])[rows]]
     window_start, window_end = steps.window
     window_ns = max(window_end - window_start, 1)
-    properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
+    described = device_descriptions(tables)
     summary = []
     for gpu, busy_intervals in busy_by_device(ts, end, device).items():
         on = device == gpu
@@ -118,14 +124,10 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
                 occupancy_pct = float((clipped * occupancy[occ_valid]).sum() / clipped.sum())
         kernel_time = float((end[on] - ts[on]).sum())
         tc_time = float((end[on & uses_tc] - ts[on & uses_tc]).sum())
-        props = properties.get(gpu, {})
-        major, minor = props.get("computeMajor"), props.get("computeMinor")
         summary.append(
             {
                 "device": int(gpu),
-                "name": props.get("name"),
-                "memory_bytes": props.get("totalGlobalMem"),
-                "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
+                **described.get(gpu, UNDESCRIBED),
                 "utilization_pct": intervals.total(busy) / window_ns * 100.0,
                 "est_sm_efficiency_pct": sm_efficiency,
                 "est_achieved_occupancy_pct": occupancy_pct,

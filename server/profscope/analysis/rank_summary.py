@@ -19,7 +19,12 @@ import numpy as np
 from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.device_activity import communication_device_rows, device_kernels
+from profscope.analysis.device_activity import (
+    UNDESCRIBED,
+    communication_device_rows,
+    device_descriptions,
+    device_kernels,
+)
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
@@ -112,20 +117,8 @@ def _devices(tables: TraceTables) -> list[dict[str, Any]]:
     device = device_kernels(tables).device
     if not len(device):
         return []
-    properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
-    found = []
-    for gpu in sorted(set(device.tolist())):
-        props = properties.get(gpu, {})
-        major, minor = props.get("computeMajor"), props.get("computeMinor")
-        found.append(
-            {
-                "id": int(gpu),
-                "name": props.get("name"),
-                "memory_bytes": props.get("totalGlobalMem"),
-                "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
-            }
-        )
-    return found
+    described = device_descriptions(tables)
+    return [{"id": int(gpu), **described.get(gpu, UNDESCRIBED)} for gpu in sorted(set(device.tolist()))]
 
 
 class _ProcessGroups:
