@@ -1,4 +1,4 @@
-"""Shared lookups for the routers: the server state, the store, and (run, worker, span) -> trace file."""
+"""Shared lookups for the routers: the server state (its store), and (run, worker, span) -> trace file."""
 
 from __future__ import annotations
 
@@ -12,15 +12,10 @@ from profscope.catalog import Run, TraceFile
 
 if TYPE_CHECKING:
     from profscope.state import Profscope
-    from profscope.store import Store
 
 
 def get_state(request: Request) -> Profscope:
     return request.app.state.profscope
-
-
-def get_store(request: Request) -> Store:
-    return request.app.state.profscope.store
 
 
 def get_run(request: Request, run: str = Query(..., description="Run name, as listed by /api/runs")) -> Run:
