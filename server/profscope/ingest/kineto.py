@@ -39,7 +39,7 @@ from profscope.tables import (
     Track,
 )
 
-PARSER_VERSION = 2  # bump when tables or cached artifacts change shape
+PARSER_VERSION = 3  # bump when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
 
 Number = int | float | str | None
@@ -872,6 +872,7 @@ class TableBuilder:
                 if track.pid == pid:
                     for key, value in values.items():
                         setattr(track, key, value)
+        _legacy_autograd_ops(events, self.strings, self.tracks)
         meta = _meta_from_top_level(top_level)
         meta.update(
             origin_us=origin_us,
@@ -880,6 +881,25 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+LEGACY_AUTOGRAD_PID = "CPU functions"
+
+
+def _legacy_autograd_ops(events: dict[str, np.ndarray], strings: StringTable, tracks: list[Track]) -> None:
+    """Uncategorised slices of the legacy ``torch.autograd.profiler`` file are host operators.
+
+    ``EventList.export_chrome_trace`` writes a bare array of ``X`` events with no ``cat``, all under
+    ``pid: "CPU functions"`` (operators and ``record_function`` ranges alike, which it does not
+    tell apart); without this every event would count as "other".
+    """
+    # one more slot, False, for events without a track (NO_ID indexes the last one)
+    legacy_tracks = np.array([t.pid == LEGACY_AUTOGRAD_PID for t in tracks] + [False], dtype=bool)
+    if not legacy_tracks.any():
+        return
+    no_category = np.asarray(events["cat"]) == strings.lookup("")
+    legacy = no_category & legacy_tracks[np.asarray(events["track"])] & (np.asarray(events["kind"]) == Kind.OTHER)
+    events["kind"][legacy] = Kind.CPU_OP
 
 
 def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
