@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
+from conftest import CORPUS
 from profscope.analysis import intervals
 from profscope.analysis.context import TraceContext
 from profscope.analysis.kernels import kernel_rows
@@ -25,7 +26,6 @@ from profscope.analysis.operators import operator_rows, time_accounting
 from profscope.analysis.overview import build_overview
 from profscope.ingest.kineto import parse_trace, parse_trace_file
 from profscope.tables import Kind, TraceTables
-from conftest import CORPUS
 
 REPO_DATA = Path(__file__).parent / "data"
 NOT_KINETO = {"hta/execution_trace/benchmark_simple_add_et.json.gz"}  # refused with a clear error elsewhere
