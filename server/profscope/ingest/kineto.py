@@ -1099,6 +1099,8 @@ def parse_trace(
     if reader.non_utf8_pieces:
         builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
     tables = builder.finish(reader.top_level)
+    if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
+        raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))
     tables.meta["pieces"] = {
         "total": router.pieces,
         "decoded_by_second_process": router.sent,
@@ -1106,6 +1108,15 @@ def parse_trace(
     }
     tables.meta["decoder"] = "native" if builder.native_pieces else "python"
     return tables
+
+
+def _no_usable_event(event_count: int, warnings: list[dict[str, Any]]) -> str:
+    """Why a well-formed file gave nothing to show: it is an error of the file, not an empty worker."""
+    reasons = "; ".join(f"{w['message']} ({w['count']:,})" for w in warnings)
+    return (
+        f"no usable event: {event_count:,} trace events were read, but none is a timed slice (ph X, or B/E pairs, "
+        "with a numeric ts) or a [memory] record" + (f" — {reasons}" if reasons else "")
+    )
 
 
 DecodedPiece = tuple[list[Event], list[Any] | None, int, NativePiece | None]
