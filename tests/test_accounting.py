@@ -21,9 +21,11 @@ import pytest
 from conftest import CORPUS
 from profscope.analysis import intervals
 from profscope.analysis.context import TraceContext
+from profscope.analysis.distributed import build_distributed, rank_summary, summary_from_json
 from profscope.analysis.kernels import kernel_rows
 from profscope.analysis.operators import operator_rows, time_accounting
 from profscope.analysis.overview import build_overview
+from profscope.cache import dumps
 from profscope.ingest.kineto import parse_trace, parse_trace_file
 from profscope.tables import Kind, TraceTables
 
@@ -146,3 +148,33 @@ def test_annotations_inside_an_op_take_no_time_from_it() -> None:
     assert accounting["device_unattributed_us"] == 30
     assert accounting["host_in_operators_us"] == 100
     assert accounting["host_runtime_in_operators_us"] == 10
+
+
+def test_device_activity_without_a_stream_is_no_pseudo_stream() -> None:
+    """MTIA ``dma_request`` events may have no ``stream`` arg; 13 s after the last kernel one of them
+    used to be a stream (device −1, stream −1) whose 13 s gap counted as idle, and stretch the window.
+
+    By hand: kernels on stream 101 at [0, 10) and [20, 30) µs, launched by runtime calls at 0 and 15
+    (host wait 10 µs before the second); a stream-less dma_request at 13 s.
+    """
+    events = [
+        _x("mtia_runtime", "mtiaLaunchKernel", 0, 2, pid=1, tid=1, correlation=1),
+        _x("mtia_runtime", "mtiaLaunchKernel", 15, 2, pid=1, tid=1, correlation=2),
+        _x("mtia_ccp_events", "fused_kernel_a", 0, 10, pid=17, tid=3570, correlation=1, stream=101, device=17),
+        _x("mtia_ccp_events", "fused_kernel_b", 20, 10, pid=17, tid=3570, correlation=2, stream=101, device=17),
+        _x("mtia_ccp_events", "dma_request", 13_000_000, 5, pid=17, tid=20014, direction="DEVICE_TO_HOST"),
+    ]
+    tables = parse_trace(io.BytesIO(orjson.dumps({"traceEvents": events})), use_second_core=False)
+    context = TraceContext(tables)
+    (rank,) = build_distributed([_rank_item(tables, context)])["ranks"]
+    assert rank["hta"]["activities_without_stream"] == 1
+    assert rank["hta"]["temporal"] == {"window_us": 30, "idle_us": 10, "compute_us": 20, "non_compute_us": 0}
+    assert [(s["device"], s["stream"]) for s in rank["hta"]["idle"]["streams"]] == [(17, 101)]
+    assert rank["hta"]["idle"]["host_wait_us"] == 10
+    assert rank["hta"]["idle"]["other_us"] == 0
+
+
+def _rank_item(tables: TraceTables, context: TraceContext, worker: str = "rank0") -> dict:
+    summary, error = summary_from_json(dumps(rank_summary(tables, context.tree, context.steps)))
+    assert error is None
+    return {"worker": worker, "span": "1", "file": f"{worker}.json", "summary": summary}

@@ -32,8 +32,11 @@ Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §
   Ranks are aligned by absolute time (``baseTimeNanoseconds`` + ``ts``, or epoch ``ts``); when a
   rank has no absolute time they are aligned on the end of the calls they share.
 - **HTA analyses** per GPU rank (``hta/analyzers/breakdown_analysis.py``,
-  ``communication_analysis.py``): temporal breakdown over [first device activity, last end]: idle
-  = window − busy, compute = union of compute kernels, non-compute = the rest; idle time per
+  ``communication_analysis.py``; ``docs/definitions.md``, "Temporal breakdown"): device activities
+  without a stream are left out, as HTA does; temporal breakdown, all device activity, over [first
+  device activity, last end]: idle = window − busy, compute = union of compute kernels,
+  non-compute = the rest; the same with HTA's trace filter (only activities launched by a runtime
+  call in the trace before the last step's start) as ``temporal_hta_filter``; idle time per
   stream split into host wait (the launch of the next kernel started after the previous kernel
   ended), kernel wait (otherwise, when the gap is under 30 µs — HTA's ``consecutive_kernel_delay``
   default, compared with µs timestamps) and other; communication–computation overlap ratio =
@@ -59,7 +62,7 @@ from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2  # 2: temporal_hta_filter, activities_without_stream
 NS_PER_US = 1000.0
 KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA consecutive_kernel_delay=30 on µs timestamps
 TOP_KERNELS_PER_TYPE = 5
@@ -522,23 +525,28 @@ def _step_breakdown(
 
 
 def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[str, Any]:
-    """HTA's temporal, idle-time, overlap and kernel-type breakdowns of one GPU rank."""
+    """HTA's temporal, idle-time, overlap and kernel-type breakdowns of one GPU rank.
+
+    ``docs/definitions.md``, "Temporal breakdown": ``temporal`` counts all device activity on a
+    stream; ``temporal_hta_filter`` also applies HTA's trace filter (only activities launched by a
+    runtime call in the trace, before the start of the last ``ProfilerStep`` when there are two or
+    more). Activities with no stream (MTIA ``dma_request`` without a ``stream`` arg) are in neither,
+    as in HTA (``stream != -1``), and are counted in ``activities_without_stream``.
+    """
     events = tables.events
     kind = np.asarray(events["kind"])
     name = np.asarray(events["name"])
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
-    device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    on_stream = _on_stream(tables)
+    any_device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    device = any_device & on_stream
     dma = rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
     is_mem = device & (np.isin(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
     is_comm = device & comm_device & ~is_mem
     is_comp = device & ~is_mem & ~is_comm
-    busy = intervals.merge(ts[device], end[device])
     comp = intervals.merge(ts[is_comp], end[is_comp])
     comm = intervals.merge(ts[is_comm], end[is_comm])
-    window = int(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0
-    idle = window - intervals.total(busy)
-    compute = intervals.total(comp)
     comm_total = intervals.total(comm)
     types = {}
     for label, mask in (("COMM", is_comm), ("COMP", is_comp), ("MEM", is_mem)):
@@ -547,19 +555,60 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
             "count": int(mask.sum()),
             "top": _top(tables, mask),
         }
+    kept_by_hta = _kept_by_hta_filter(tables, tree)
     return {
-        "temporal": {
-            "window_ns": window,
-            "idle_ns": int(idle),
-            "compute_ns": int(compute),
-            "non_compute_ns": int(window - compute - idle),
-        },
+        "temporal": _temporal(ts, end, device, is_comp),
+        "temporal_hta_filter": _temporal(ts, end, device & kept_by_hta, is_comp & kept_by_hta),
+        "activities_without_stream": int((any_device & ~on_stream).sum()),
         "idle": _idle_breakdown(tables, tree),
         "comm_comp_overlap_ratio": intervals.total(intervals.intersect(comm, comp)) / comm_total
         if comm_total
         else None,
         "kernel_types": types,
     }
+
+
+def _temporal(ts: np.ndarray, end: np.ndarray, device: np.ndarray, is_comp: np.ndarray) -> dict[str, int]:
+    """Window = [first activity start, last end]; idle = window − busy; compute = ∪ compute; the rest non-compute."""
+    busy = intervals.merge(ts[device], end[device])
+    window = int(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0
+    idle = window - intervals.total(busy)
+    compute = intervals.total(intervals.merge(ts[is_comp], end[is_comp]))
+    return {
+        "window_ns": window,
+        "idle_ns": int(idle),
+        "compute_ns": int(compute),
+        "non_compute_ns": window - compute - idle,
+    }
+
+
+def _on_stream(tables: TraceTables) -> np.ndarray:
+    """Per event: a device activity with a stream (HTA drops ``stream == -1``)."""
+    kernels = tables.table("kernels")
+    on_stream = np.zeros(tables.row_count("events"), dtype=bool)
+    on_stream[np.asarray(kernels["event"])] = np.asarray(kernels["stream"]) >= 0
+    return on_stream
+
+
+def _kept_by_hta_filter(tables: TraceTables, tree: CallTree) -> np.ndarray:
+    """Per event: HTA 0.5's ``_filter_irrelevant_gpu_kernels`` keeps it (non-device events: True).
+
+    With two or more ``ProfilerStep`` names, a device activity is kept when a runtime call in the
+    trace launched it (same correlation) and started before the start of the last step.
+    """
+    events = tables.events
+    keep = np.ones(tables.row_count("events"), dtype=bool)
+    ts = np.asarray(events["ts_ns"])
+    step_name = rules.string_mask(tables.strings, rules.is_profiler_step)[np.asarray(events["name"])]
+    host_steps = step_name & np.isin(np.asarray(events["kind"]), HOST_OP_KINDS)
+    if len(np.unique(np.asarray(events["name"])[host_steps])) < 2:
+        return keep
+    last_step_start = int(ts[host_steps].max())
+    runtime = tree.device_runtime
+    launched_in_time = runtime >= 0
+    launched_in_time[launched_in_time] = ts[runtime[launched_in_time]] < last_step_start
+    keep[tree.device_rows] = launched_in_time
+    return keep
 
 
 def _top(tables: TraceTables, mask: np.ndarray) -> list[dict[str, Any]]:
@@ -593,9 +642,10 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     """Per stream, each gap before a device activity: host wait / kernel wait / other (HTA)."""
     kernels = tables.table("kernels")
     events = tables.events
-    rows = np.asarray(kernels["event"])
-    stream = np.asarray(kernels["stream"])
-    device_arg = np.asarray(kernels["device"])
+    with_stream = np.asarray(kernels["stream"]) >= 0  # a stream-less activity is no stream's (as in HTA)
+    rows = np.asarray(kernels["event"])[with_stream]
+    stream = np.asarray(kernels["stream"])[with_stream]
+    device_arg = np.asarray(kernels["device"])[with_stream]
     ts = np.asarray(events["ts_ns"])[rows]
     end = ts + np.asarray(events["dur_ns"])[rows]
     runtime_start = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
@@ -1030,10 +1080,11 @@ def _rank_row(rank: dict[str, Any], calls: dict[str, np.ndarray], matched: dict[
 def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
     if not hta:
         return None
-    temporal = {k.replace("_ns", "_us"): v / NS_PER_US for k, v in hta["temporal"].items()}
     idle = hta["idle"]
     return {
-        "temporal": temporal,
+        "temporal": _us_keys(hta["temporal"]),
+        "temporal_hta_filter": _us_keys(hta["temporal_hta_filter"]),
+        "activities_without_stream": hta["activities_without_stream"],
         "idle": {
             "host_wait_us": idle["host_wait_ns"] / NS_PER_US,
             "kernel_wait_us": idle["kernel_wait_ns"] / NS_PER_US,
@@ -1070,6 +1121,10 @@ def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
             for label, value in hta["kernel_types"].items()
         },
     }
+
+
+def _us_keys(values_ns: dict[str, int]) -> dict[str, float]:
+    return {k.replace("_ns", "_us"): v / NS_PER_US for k, v in values_ns.items()}
 
 
 def _call_name(ready: list[dict[str, Any]], calls: dict[str, np.ndarray], index: int) -> str:

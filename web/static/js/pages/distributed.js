@@ -343,11 +343,14 @@ function render(data, selection) {
   const anyGpu = ready.some((r) => r.hta);
   const hta = anyGpu
     ? el("div", { class: "grid pies" },
-        chartPanel("Temporal breakdown", "HTA: share of [first kernel, last kernel end]", "temporal-chart", "temporal"),
-        chartPanel("Idle time breakdown", "HTA: share of the gaps between kernels on each stream, all streams together",
+        chartPanel("Temporal breakdown, all device activity",
+          "share of [first device activity, last end], every activity on a stream; HTA's own numbers drop " +
+          "activities not launched by a runtime call in the trace before the last step (temporal_hta_filter in the JSON)",
+          "temporal-chart", "temporal"),
+        chartPanel("Idle time breakdown", "as HTA: share of the gaps between device activities on each stream, all streams together",
           "idle-chart", "idle"),
-        chartPanel("Kernel type breakdown", "HTA: kernel time by type", "kernel-type-chart", "kernel-types"),
-        chartPanel("Communication\u2013computation overlap", "HTA: time computing while communicating / time communicating",
+        chartPanel("Kernel type breakdown", "as HTA: device time by type (COMM / COMP / MEM)", "kernel-type-chart", "kernel-types"),
+        chartPanel("Communication\u2013computation overlap", "as HTA: time computing while communicating / time communicating",
           "overlap-ratio-chart", "overlap-ratio"))
     : null;
   clear(
