@@ -178,3 +178,49 @@ def _rank_item(tables: TraceTables, context: TraceContext, worker: str = "rank0"
     summary, error = summary_from_json(dumps(rank_summary(tables, context.tree, context.steps)))
     assert error is None
     return {"worker": worker, "span": "1", "file": f"{worker}.json", "summary": summary}
+
+
+GLOO_SPAN_1 = [
+    "generated/tinygpt_ddp4_gloo/rank0.1795315503706026973.pt.trace.json.gz",
+    "generated/tinygpt_ddp4_gloo/rank1.1795315503666467455.pt.trace.json.gz",
+    "generated/tinygpt_ddp4_gloo/rank2.1795315503654737161.pt.trace.json.gz",
+    "generated/tinygpt_ddp4_gloo/rank3.1795315503686651177.pt.trace.json.gz",
+]
+NCCL_TWO_RANKS = ["hta/trace_filter/sampled_rank-0.json.gz", "hta/trace_filter/sampled_rank-1.json.gz"]
+
+
+def _distributed(corpus: Path, files: list[str]) -> dict:
+    items = []
+    for relative in files:
+        tables = parse_trace_file(corpus / relative, use_second_core=False)
+        items.append(_rank_item(tables, TraceContext(tables), Path(relative).name.split(".")[0]))
+    return build_distributed(items)
+
+
+@pytest.mark.parametrize("files", [GLOO_SPAN_1, NCCL_TWO_RANKS], ids=["gloo4", "nccl2"])
+def test_distributed_tables_reconcile(corpus: Path, files: list[str]) -> None:
+    """Ranks table = per rank, average per step; Communication operations = per rank, whole span;
+    Process groups = summed over the group's ranks, whole span (docs/definitions.md, "Distributed totals")."""
+    view = _distributed(corpus, files)
+    for rank in view["ranks"]:
+        ops = [o for o in view["op_stats"] if o["worker"] == rank["worker"]]
+        per_span_us = sum(o["total_latency_us"] for o in ops)
+        steps = rank["steps"]
+        in_steps_us = sum(s["overlapping_us"] + s["communication_us"] for s in steps)
+        assert per_span_us >= in_steps_us - TOLERANCE_US  # calls outside the steps are in the span only
+        average = rank["overlapping_us"] + rank["communication_us"]
+        assert average * len(steps) == pytest.approx(in_steps_us, abs=TOLERANCE_US)
+        assert rank["calls"] == sum(o["calls"] for o in ops)
+    for group in view["process_groups"]:
+        members = {r["worker"] for r in view["ranks"] if r["rank"] in group["ranks_with_trace"]}
+        ops = [o for o in view["op_stats"] if o["worker"] in members]
+        assert group["calls"] == sum(o["calls"] for o in ops)
+        assert group["total_us"] == pytest.approx(sum(o["total_latency_us"] for o in ops), abs=TOLERANCE_US)
+
+
+def test_waiting_inside_gloo_all_reduce_is_communication(corpus: Path) -> None:
+    """CPU gloo DDP: the all_reduce runs on a gloo thread while the main thread sits in a
+    ``record_function`` range around the whole step; that range is no computation."""
+    view = _distributed(corpus, GLOO_SPAN_1)
+    for rank in view["ranks"]:
+        assert rank["communication_us"] > 10 * rank["overlapping_us"], rank["worker"]

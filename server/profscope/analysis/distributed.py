@@ -17,7 +17,9 @@ Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §
   ``OverallParser.aggregate``): computation = the union of compute kernels (communication kernels
   excluded) in the step, or, on a rank without kernels, of host ops (other than collectives, data
   loading and steps); communication = the union of the rank's collective calls; overlapping = their
-  intersection; the view shows computation − overlap, overlap, communication − overlap, and other
+  intersection (on a rank without kernels a thread inside a collective is not computing, so the
+  ops around the collective on that thread are not computation then: ``_host_computation``);
+  the view shows computation − overlap, overlap, communication − overlap, and other
   = step − the rest. The plugin also counted the host ``nccl:*`` enqueue ops as communication on
   GPU ranks; here a GPU rank's communication is what runs on the device.
 - **Data transfer vs synchronizing** (torch-tb-profiler's ``_process_distributed_profiles``): the
@@ -62,7 +64,7 @@ from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
 
-SUMMARY_VERSION = 2  # 2: temporal_hta_filter, activities_without_stream
+SUMMARY_VERSION = 3  # 2: temporal_hta_filter, activities_without_stream; 3: host computation per thread
 NS_PER_US = 1000.0
 KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA consecutive_kernel_delay=30 on µs timestamps
 TOP_KERNELS_PER_TYPE = 5
@@ -494,13 +496,9 @@ def _step_breakdown(
     end = ts + np.asarray(events["dur_ns"])
     if has_kernels:
         compute = (kind == Kind.KERNEL) & ~comm_device
+        computation = intervals.merge(ts[compute], end[compute])
     else:
-        name = np.asarray(events["name"])
-        excluded = rules.string_mask(
-            tables.strings, lambda s: rules.is_comm_op(s) or rules.is_dataloader(s) or rules.is_profiler_step(s)
-        )
-        compute = np.isin(kind, HOST_OP_KINDS) & ~excluded[name]
-    computation = intervals.merge(ts[compute], end[compute])
+        computation = _host_computation(tables)
     communication = intervals.merge(calls["start_ns"], calls["end_ns"])
     overlap = intervals.intersect(computation, communication)
     starts, ends = steps.starts_ns, steps.ends_ns
@@ -522,6 +520,30 @@ def _step_breakdown(
             }
         )
     return rows
+
+
+def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
+    """On a rank without kernels: host operators (not annotations, collectives, data loading,
+    steps), thread by thread, minus the time that thread spends inside a collective (``docs/definitions.md``, "Distributed
+    totals"): the ops around a ``gloo:all_reduce`` (``record_param_comms``, DDP hooks, backward) are
+    waiting for it, not computing, so only another thread's work overlaps communication."""
+    events = tables.events
+    kind, name, track = (np.asarray(events[c]) for c in ("kind", "name", "track"))
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    collective = np.isin(kind, HOST_OP_KINDS) & rules.string_mask(tables.strings, rules.is_comm_op)[name]
+    not_compute = rules.string_mask(tables.strings, lambda s: rules.is_dataloader(s) or rules.is_profiler_step(s))
+    # operators only: a user_annotation (a whole train step in record_function) is no computation
+    compute = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]
+    pieces = []
+    for thread in np.unique(track[compute]).tolist():
+        on_thread = track == thread
+        busy = intervals.merge(ts[compute & on_thread], end[compute & on_thread])
+        waiting = intervals.merge(ts[collective & on_thread], end[collective & on_thread])
+        pieces.append(intervals.subtract(busy, waiting))
+    if not pieces:
+        return intervals.empty()
+    return intervals.merge(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
 
 
 def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[str, Any]:
