@@ -524,9 +524,10 @@ def _step_breakdown(
 
 def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
     """On a rank without kernels: host operators (not annotations, collectives, data loading,
-    steps), thread by thread, minus the time that thread spends inside a collective (``docs/definitions.md``, "Distributed
-    totals"): the ops around a ``gloo:all_reduce`` (``record_param_comms``, DDP hooks, backward) are
-    waiting for it, not computing, so only another thread's work overlaps communication."""
+    steps), thread by thread, minus the time that thread spends inside a collective
+    (``docs/definitions.md``, "Distributed totals"): the ops around a ``gloo:all_reduce``
+    (``record_param_comms``, DDP hooks, backward) are waiting for it, not computing, so only
+    another thread's work overlaps communication."""
     events = tables.events
     kind, name, track = (np.asarray(events[c]) for c in ("kind", "name", "track"))
     ts = np.asarray(events["ts_ns"])
