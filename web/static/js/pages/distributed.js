@@ -344,8 +344,7 @@ function render(data, selection) {
   const hta = anyGpu
     ? el("div", { class: "grid pies" },
         chartPanel("Temporal breakdown, all device activity",
-          "share of [first device activity, last end], every activity on a stream; HTA's own numbers drop " +
-          "activities not launched by a runtime call in the trace before the last step (temporal_hta_filter in the JSON)",
+          "share of [first start, last end]; with HTA's filter: temporal_hta_filter in the JSON",
           "temporal-chart", "temporal"),
         chartPanel("Idle time breakdown", "as HTA: share of the gaps between device activities on each stream, all streams together",
           "idle-chart", "idle"),
