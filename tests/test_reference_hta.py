@@ -1,4 +1,4 @@
-"""Temporal breakdown, idle time and kernel totals against HTA 0.5.0 run on the same real traces.
+"""Temporal breakdown, idle time, overlap and kernel-type totals against HTA 0.5.0 on the same real traces.
 
 The reference files ``tests/reference_data/*.hta.json`` were produced by HTA itself
 (``bench/reference/hta_dump.py``; HTA is not needed here). Each difference is zero or explained by a
@@ -126,12 +126,17 @@ def hta_selection(source: str, round_like_hta: bool, with_stream_args: bool = Fa
         start_ns = np.concatenate([start_ns, [_whole_ns(ts) for ts, _ in extra]])
         end_ns = np.concatenate([end_ns, [_whole_ns(ts + dur) for ts, dur in extra]])
         compute = np.concatenate([compute, np.ones(len(extra), dtype=bool)])
+        comm = np.concatenate([comm, np.zeros(len(extra), dtype=bool)])
     if round_like_hta:
         start_ns = -(-start_ns // 1000) * 1000
         end_ns = end_ns // 1000 * 1000
     window, busy = hta_merge(start_ns, end_ns)
     _, compute_busy = hta_merge(start_ns[compute], end_ns[compute])
+    comm_union = intervals.merge(start_ns[comm], end_ns[comm])
+    computing = intervals.merge(start_ns[compute], end_ns[compute])
+    comm_us = intervals.total(comm_union)
     return {
+        "overlap_pct": 100 * intervals.total(intervals.intersect(comm_union, computing)) / comm_us if comm_us else None,
         "window_us": window / 1000,
         "idle_us": (window - busy) / 1000,
         "union_us": intervals.total(intervals.merge(start_ns, np.maximum(end_ns, start_ns))) / 1000,
@@ -146,6 +151,8 @@ def test_whole_microsecond_traces_equal_hta(source: str) -> None:
     mine = rank["hta"]["temporal_hta_filter"]
     for field in ("window_us", "idle_us", "compute_us", "non_compute_us"):
         assert mine[field] == pytest.approx(ref["temporal"][field], abs=1.0), field
+    if ref["overlap_pct"] is not None:
+        assert hta_selection(source, round_like_hta=True)["overlap_pct"] == pytest.approx(ref["overlap_pct"], abs=0.01)
     # HTA's kernel-type times (with its "X overlapping Y" rows) add up to the busy time
     assert sum(ref["kernel_types"].values()) == pytest.approx(mine["window_us"] - mine["idle_us"], abs=1.0)
 
@@ -176,6 +183,8 @@ def test_ns_resolution_traces_equal_hta_once_rounded_like_hta(source: str) -> No
         assert rounded["compute_us"] == pytest.approx(ref["temporal"]["compute_us"], abs=1.0)
     else:  # HTA calls the custom all-reduce kernels compute: its compute time is larger
         assert ref["temporal"]["compute_us"] > rounded["compute_us"]
+    if ref["overlap_pct"] is not None and source not in COMM_BY_LAUNCHING_OP:
+        assert rounded["overlap_pct"] == pytest.approx(ref["overlap_pct"], abs=0.01)
     # and without the rounding, profscope's own number is within 1 µs per activity of HTA's window
     assert rank["hta"]["temporal_hta_filter"]["window_us"] == pytest.approx(ref["temporal"]["window_us"], abs=2.0)
 
