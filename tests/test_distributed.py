@@ -125,8 +125,19 @@ def test_gloo_matches_torch_tb_profiler_distributed_view() -> None:
             plugin = expected["workers"][row["worker"]]
             assert [s["step"] for s in row["steps"]] == plugin["steps"]
             for step in row["steps"]:
-                mine = [step[k] for k in ("computation_us", "overlapping_us", "communication_us", "other_us")]
-                assert mine == pytest.approx(plugin["overlap"][step["step"]], abs=0.002)
+                # the plugin counts the ops and annotations around a gloo call as computing while the
+                # rank waits in it (all "Overlapping", Communication 0); here they are not (issue 17
+                # item 6, docs/definitions.md "Distributed totals"): the communication time is the same,
+                # and the plugin's computation only gains what this view does not call computation
+                computation, overlapping, communication, other = plugin["overlap"][step["step"]]
+                total = computation + overlapping + communication + other
+                assert step["overlapping_us"] + step["communication_us"] == pytest.approx(
+                    overlapping + communication, abs=0.002
+                )
+                assert step["computation_us"] + step["overlapping_us"] <= computation + overlapping + 0.002
+                assert sum(step[k] for k in ("computation_us", "overlapping_us", "communication_us", "other_us")) == (
+                    pytest.approx(total, abs=0.002)
+                )
                 transfer, sync = plugin["wait"][step["step"]]
                 assert step["data_transfer_us"] == pytest.approx(transfer, abs=0.002)
                 assert step["synchronizing_us"] == pytest.approx(sync, abs=0.002)

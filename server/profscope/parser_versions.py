@@ -6,6 +6,6 @@ version instead (``analysis/payloads.py``), which recomputes that result alone. 
 module so the catalog, below the parsers, reads them without importing a parser.
 """
 
-TRACE = 2  # ingest/kineto.py
+TRACE = 3  # ingest/kineto.py
 SNAPSHOT = 2  # ingest/snapshot.py
 MEMORY_LOG = 1  # ingest/memory_log.py

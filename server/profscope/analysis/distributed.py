@@ -17,7 +17,9 @@ Definitions (``docs/definitions.md`` §6: torch-tb-profiler's Distributed view a
   ``OverallParser.aggregate``): computation = the union of compute kernels (communication kernels
   excluded) in the step, or, on a rank without kernels, of host ops (other than collectives, data
   loading and steps); communication = the union of the rank's collective calls; overlapping = their
-  intersection; the view shows computation − overlap, overlap, communication − overlap, and other
+  intersection (on a rank without kernels a thread inside a collective is not computing, so the
+  ops around the collective on that thread are not computation then: ``_host_computation``);
+  the view shows computation − overlap, overlap, communication − overlap, and other
   = step − the rest. The plugin also counted the host ``nccl:*`` enqueue ops as communication on
   GPU ranks; here a GPU rank's communication is what runs on the device.
 - **Data transfer vs synchronizing** (torch-tb-profiler's ``_process_distributed_profiles``): the
@@ -32,8 +34,11 @@ Definitions (``docs/definitions.md`` §6: torch-tb-profiler's Distributed view a
   Ranks are aligned by absolute time (``baseTimeNanoseconds`` + ``ts``, or epoch ``ts``); when a
   rank has no absolute time they are aligned on the end of the calls they share.
 - **HTA analyses** per GPU rank (``hta/analyzers/breakdown_analysis.py``,
-  ``communication_analysis.py``): temporal breakdown over [first device activity, last end]: idle
-  = window − busy, compute = union of compute kernels, non-compute = the rest; idle time per
+  ``communication_analysis.py``; ``docs/definitions.md``, "Temporal breakdown"): device activities
+  without a stream are left out, as HTA does; temporal breakdown, all device activity, over [first
+  device activity, last end]: idle = window − busy, compute = union of compute kernels,
+  non-compute = the rest; the same with HTA's trace filter (only activities launched by a runtime
+  call in the trace before the last step's start) as ``temporal_hta_filter``; idle time per
   stream split into host wait (the launch of the next kernel started after the previous kernel
   ended), kernel wait (otherwise, when the gap is under 30 µs — HTA's ``consecutive_kernel_delay``
   default, compared with µs timestamps) and other; communication–computation overlap ratio =
@@ -435,10 +440,11 @@ def _rank_row(rank: dict[str, Any], calls: dict[str, np.ndarray], matched: dict[
 def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
     if not hta:
         return None
-    temporal = {k.replace("_ns", "_us"): v / NS_PER_US for k, v in hta["temporal"].items()}
     idle = hta["idle"]
     return {
-        "temporal": temporal,
+        "temporal": _us_keys(hta["temporal"]),
+        "temporal_hta_filter": _us_keys(hta["temporal_hta_filter"]),
+        "activities_without_stream": hta["activities_without_stream"],
         "idle": {
             "host_wait_us": idle["host_wait_ns"] / NS_PER_US,
             "kernel_wait_us": idle["kernel_wait_ns"] / NS_PER_US,
@@ -475,6 +481,10 @@ def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
             for label, value in hta["kernel_types"].items()
         },
     }
+
+
+def _us_keys(values_ns: dict[str, int]) -> dict[str, float]:
+    return {k.replace("_ns", "_us"): v / NS_PER_US for k, v in values_ns.items()}
 
 
 def _call_name(ready: list[dict[str, Any]], calls: dict[str, np.ndarray], index: int) -> str:

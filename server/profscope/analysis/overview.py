@@ -3,6 +3,9 @@
 Step time breakdown: every nanosecond of a step is counted once, by the highest-priority category
 active then — Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec — and what no
 category covers is Other, so a step's categories sum to its duration.
+
+CPU Exec counts host operators and ``user_annotation`` ranges alike (``docs/definitions.md``, "CPU
+Exec"), as torch-tb-profiler does with kineto's current categories.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
 
-SUMMARY_VERSION = 1  # of the summary's shape: build_distributed refuses summaries of another version
+# of the summary's shape: build_distributed refuses summaries of another version
+# (2: temporal_hta_filter, activities_without_stream; 3: host computation per thread)
+SUMMARY_VERSION = 3
 NS_PER_US = 1000.0
 KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA consecutive_kernel_delay=30 on µs timestamps
 TOP_KERNELS_PER_TYPE = 5
@@ -441,14 +443,9 @@ def _step_breakdown(
     end = ts + np.asarray(events["dur_ns"])
     if has_kernels:
         compute = (kind == Kind.KERNEL) & ~comm_device
+        computation = intervals.merge(ts[compute], end[compute])
     else:
-        name = np.asarray(events["name"])
-        excluded = name_rules.string_mask(
-            tables.strings,
-            lambda s: name_rules.is_comm_op(s) or name_rules.is_dataloader(s) or name_rules.is_profiler_step(s),
-        )
-        compute = np.isin(kind, HOST_OP_KINDS) & ~excluded[name]
-    computation = intervals.merge(ts[compute], end[compute])
+        computation = _host_computation(tables)
     communication = intervals.merge(calls["start_ns"], calls["end_ns"])
     overlap = intervals.intersect(computation, communication)
     starts, ends = steps.starts_ns, steps.ends_ns
@@ -472,24 +469,56 @@ def _step_breakdown(
     return rows
 
 
+def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
+    """On a rank without kernels: host operators (not annotations, collectives, data loading,
+    steps), thread by thread, minus the time that thread spends inside a collective
+    (``docs/definitions.md``, "Distributed totals"): the ops around a ``gloo:all_reduce``
+    (``record_param_comms``, DDP hooks, backward) are waiting for it, not computing, so only
+    another thread's work overlaps communication."""
+    events = tables.events
+    kind, name, track = (np.asarray(events[c]) for c in ("kind", "name", "track"))
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    collective = np.isin(kind, HOST_OP_KINDS) & name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name]
+    not_compute = name_rules.string_mask(
+        tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_profiler_step(s)
+    )
+    # operators only: a user_annotation (a whole train step in record_function) is no computation
+    compute = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]
+    pieces = []
+    for thread in np.unique(track[compute]).tolist():
+        on_thread = track == thread
+        busy = intervals.merge(ts[compute & on_thread], end[compute & on_thread])
+        waiting = intervals.merge(ts[collective & on_thread], end[collective & on_thread])
+        pieces.append(intervals.subtract(busy, waiting))
+    if not pieces:
+        return intervals.empty()
+    return intervals.merge(np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces]))
+
+
 def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[str, Any]:
-    """HTA's temporal, idle-time, overlap and kernel-type breakdowns of one GPU rank."""
+    """HTA's temporal, idle-time, overlap and kernel-type breakdowns of one GPU rank.
+
+    ``docs/definitions.md``, "Temporal breakdown": ``temporal`` counts all device activity on a
+    stream; ``temporal_hta_filter`` also applies HTA's trace filter (only activities launched by a
+    runtime call in the trace, before the start of the last ``ProfilerStep`` when there are two or
+    more). Activities with no stream (MTIA ``dma_request`` without a ``stream`` arg) are in neither,
+    as in HTA (``stream != -1``), and are counted in ``activities_without_stream``.
+    """
     events = tables.events
     kind = np.asarray(events["kind"])
     name = np.asarray(events["name"])
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
-    device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    on_stream = _on_stream(tables)
+    any_device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    device = any_device & on_stream
     dma = name_rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
     is_mem = device & (np.isin(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
     is_comm = device & comm_device & ~is_mem
     is_comp = device & ~is_mem & ~is_comm
-    busy = intervals.merge(ts[device], end[device])
     comp = intervals.merge(ts[is_comp], end[is_comp])
     comm = intervals.merge(ts[is_comm], end[is_comm])
-    window = int(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0
-    idle = window - intervals.total(busy)
-    compute = intervals.total(comp)
     comm_total = intervals.total(comm)
     types = {}
     for label, mask in (("COMM", is_comm), ("COMP", is_comp), ("MEM", is_mem)):
@@ -498,19 +527,60 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
             "count": int(mask.sum()),
             "top": _top(tables, mask),
         }
+    kept_by_hta = _kept_by_hta_filter(tables, tree)
     return {
-        "temporal": {
-            "window_ns": window,
-            "idle_ns": int(idle),
-            "compute_ns": int(compute),
-            "non_compute_ns": int(window - compute - idle),
-        },
+        "temporal": _temporal(ts, end, device, is_comp),
+        "temporal_hta_filter": _temporal(ts, end, device & kept_by_hta, is_comp & kept_by_hta),
+        "activities_without_stream": int((any_device & ~on_stream).sum()),
         "idle": _idle_breakdown(tables, tree),
         "comm_comp_overlap_ratio": intervals.total(intervals.intersect(comm, comp)) / comm_total
         if comm_total
         else None,
         "kernel_types": types,
     }
+
+
+def _temporal(ts: np.ndarray, end: np.ndarray, device: np.ndarray, is_comp: np.ndarray) -> dict[str, int]:
+    """Window = [first activity start, last end]; idle = window − busy; compute = ∪ compute; the rest non-compute."""
+    busy = intervals.merge(ts[device], end[device])
+    window = int(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0
+    idle = window - intervals.total(busy)
+    compute = intervals.total(intervals.merge(ts[is_comp], end[is_comp]))
+    return {
+        "window_ns": window,
+        "idle_ns": int(idle),
+        "compute_ns": int(compute),
+        "non_compute_ns": window - compute - idle,
+    }
+
+
+def _on_stream(tables: TraceTables) -> np.ndarray:
+    """Per event: a device activity with a stream (HTA drops ``stream == -1``)."""
+    kernels = tables.table("kernels")
+    on_stream = np.zeros(tables.row_count("events"), dtype=bool)
+    on_stream[np.asarray(kernels["event"])] = np.asarray(kernels["stream"]) >= 0
+    return on_stream
+
+
+def _kept_by_hta_filter(tables: TraceTables, tree: CallTree) -> np.ndarray:
+    """Per event: HTA 0.5's ``_filter_irrelevant_gpu_kernels`` keeps it (non-device events: True).
+
+    With two or more ``ProfilerStep`` names, a device activity is kept when a runtime call in the
+    trace launched it (same correlation) and started before the start of the last step.
+    """
+    events = tables.events
+    keep = np.ones(tables.row_count("events"), dtype=bool)
+    ts = np.asarray(events["ts_ns"])
+    step_name = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)[np.asarray(events["name"])]
+    host_steps = step_name & np.isin(np.asarray(events["kind"]), HOST_OP_KINDS)
+    if len(np.unique(np.asarray(events["name"])[host_steps])) < 2:
+        return keep
+    last_step_start = int(ts[host_steps].max())
+    runtime = tree.device_runtime
+    launched_in_time = runtime >= 0
+    launched_in_time[launched_in_time] = ts[runtime[launched_in_time]] < last_step_start
+    keep[tree.device_rows] = launched_in_time
+    return keep
 
 
 def _top(tables: TraceTables, mask: np.ndarray) -> list[dict[str, Any]]:
@@ -544,9 +614,10 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     """Per stream, each gap before a device activity: host wait / kernel wait / other (HTA)."""
     kernels = tables.table("kernels")
     events = tables.events
-    rows = np.asarray(kernels["event"])
-    stream = np.asarray(kernels["stream"])
-    device_arg = np.asarray(kernels["device"])
+    with_stream = np.asarray(kernels["stream"]) >= 0  # a stream-less activity is no stream's (as in HTA)
+    rows = np.asarray(kernels["event"])[with_stream]
+    stream = np.asarray(kernels["stream"])[with_stream]
+    device_arg = np.asarray(kernels["device"])[with_stream]
     ts = np.asarray(events["ts_ns"])[rows]
     end = ts + np.asarray(events["dur_ns"])[rows]
     runtime_start = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)

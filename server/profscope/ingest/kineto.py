@@ -874,6 +874,7 @@ class TableBuilder:
                 if track.pid == pid:
                     for key, value in values.items():
                         setattr(track, key, value)
+        _legacy_autograd_ops(events, self.strings, self.tracks)
         meta = _meta_from_top_level(top_level)
         meta.update(
             origin_us=origin_us,
@@ -882,6 +883,25 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+LEGACY_AUTOGRAD_PID = "CPU functions"
+
+
+def _legacy_autograd_ops(events: dict[str, np.ndarray], strings: StringTable, tracks: list[Track]) -> None:
+    """Uncategorised slices of the legacy ``torch.autograd.profiler`` file are host operators.
+
+    ``EventList.export_chrome_trace`` writes a bare array of ``X`` events with no ``cat``, all under
+    ``pid: "CPU functions"`` (operators and ``record_function`` ranges alike, which it does not
+    tell apart); without this every event would count as "other".
+    """
+    # one more slot, False, for events without a track (NO_ID indexes the last one)
+    legacy_tracks = np.array([t.pid == LEGACY_AUTOGRAD_PID for t in tracks] + [False], dtype=bool)
+    if not legacy_tracks.any():
+        return
+    no_category = np.asarray(events["cat"]) == strings.lookup("")
+    legacy = no_category & legacy_tracks[np.asarray(events["track"])] & (np.asarray(events["kind"]) == Kind.OTHER)
+    events["kind"][legacy] = Kind.CPU_OP
 
 
 def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
@@ -1079,6 +1099,8 @@ def parse_trace(
     if reader.non_utf8_pieces:
         builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
     tables = builder.finish(reader.top_level)
+    if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
+        raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))
     tables.meta["pieces"] = {
         "total": router.pieces,
         "decoded_by_second_process": router.sent,
@@ -1086,6 +1108,15 @@ def parse_trace(
     }
     tables.meta["decoder"] = "native" if builder.native_pieces else "python"
     return tables
+
+
+def _no_usable_event(event_count: int, warnings: list[dict[str, Any]]) -> str:
+    """Why a well-formed file gave nothing to show: it is an error of the file, not an empty worker."""
+    reasons = "; ".join(f"{w['message']} ({w['count']:,})" for w in warnings)
+    return (
+        f"no usable event: {event_count:,} trace events were read, but none is a timed slice (ph X, or B/E pairs, "
+        "with a numeric ts) or a [memory] record" + (f" — {reasons}" if reasons else "")
+    )
 
 
 DecodedPiece = tuple[list[Event], list[Any] | None, int, NativePiece | None]

@@ -154,9 +154,21 @@ class OperatorRow(Strict):
     tensor_cores_total_pct: Number
 
 
+class OperatorTimeAccounting(Strict):
+    """How the rows' self times add up (``docs/definitions.md``, "Operator time accounting")."""
+
+    host_in_operators_us: Number
+    host_self_us: Number
+    host_runtime_in_operators_us: Number
+    device_self_us: Number
+    device_unattributed_us: Number
+    device_total_us: Number
+
+
 class Operators(TraceIdent, TableCounts):
     group_by: str
     rows: list[OperatorRow]
+    accounting: OperatorTimeAccounting
 
 
 class OperatorStacks(TraceIdent):
