@@ -29,6 +29,10 @@ _built_lock = threading.Lock()
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},
         404: {"description": "No such run, or no such span: `{detail}`."},
+        200: {
+            "description": "The ranks side by side; or, for a run that is not distributed, "
+            "`{run, applies: false, reason}`."
+        },
     },
 )
 def distributed(
@@ -41,6 +45,9 @@ def distributed(
     ),
 ) -> Response:
     state = get_state(request)
+    reason = state.not_distributed_reason(run)
+    if reason is not None:
+        return json_response({"run": run.name, "applies": False, "reason": f"Distributed does not apply: {reason}."})
     found = run.span_group(span)
     if found is None:
         raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
@@ -59,7 +66,7 @@ def distributed(
             _built[key] = body
             while len(_built) > _BUILT_CACHE_SIZE:
                 _built.popitem(last=False)
-    return json_response({**ident, "workers": len(traces), **_with_links(body, run, group)})
+    return json_response({**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)})
 
 
 def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, Any]], list[TraceFile]]:
@@ -130,8 +137,8 @@ def _with_links(body: dict[str, Any], run: Run, group: dict[str, str]) -> dict[s
 
 
 def trace_url(run: str, span: str, workers: list[str], window: dict[str, float]) -> str:
-    """The Trace view of these workers side by side; the window is relative to the FIRST worker's trace
-    origin (``/work/notes/timeline-api.md``: page URL ``/trace``)."""
+    """The Trace view of these workers side by side, the first worker's call (``event``) selected; the
+    window is relative to the FIRST worker's trace origin (``/work/notes/timeline-api.md``: page URL ``/trace``)."""
     query = {
         "run": run,
         "span": span,
@@ -139,4 +146,6 @@ def trace_url(run: str, span: str, workers: list[str], window: dict[str, float])
         "start_us": f"{window['start_us']:.3f}",
         "end_us": f"{window['end_us']:.3f}",
     }
+    if window.get("event") is not None:  # the late rank's call, selected and scrolled into view
+        query.update({"slice": str(window["event"]), "slice_worker": workers[0], "slice_span": span})
     return f"/trace?{urlencode(query)}"
