@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from .support import BARS, SOURCE_FILE, Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import (
+    BARS,
+    SOURCE_FILE,
+    Server,
+    corpus_path,
+    get_json,
+    parsed_server,
+    query_of,
+    screenshot,
+    wait_for_plot,
+)
 from .test_trace_page import HOOK, settled, wait_drawn
 
 pytestmark = pytest.mark.browser
@@ -43,27 +53,16 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"first": first, "second": second}
 
 
-def serve(roots: list[Path], work: Path, *extra: str) -> Server:
-    server = start_server(roots, work / "cache", work / "server.log", *extra)
-    server.wait_parsed()
-    return server
-
-
 @pytest.fixture(scope="module")
 def two_roots(roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory, source_root: Path) -> Iterator[Server]:
-    server = serve([roots["first"], roots["second"]], tmp_path_factory.mktemp("two"), "--source-root", str(source_root))
-    try:
+    both = [roots["first"], roots["second"]]
+    with parsed_server(both, tmp_path_factory.mktemp("two"), "--source-root", str(source_root)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_link_still_resolves_after_a_root_is_added(page, roots, two_roots: Server, tmp_path: Path) -> None:
-    alone = serve([roots["first"]], tmp_path)
-    try:
+    with parsed_server([roots["first"]], tmp_path) as alone:
         names_alone = sorted(r["run"] for r in get_json(f"{alone.url}/api/runs")[1]["runs"])
-    finally:
-        alone.stop()
     names = sorted(r["run"] for r in get_json(f"{two_roots.url}/api/runs")[1]["runs"])
     assert names_alone == ["ddp", "nccl", "snapshot_only", "unrelated"]
     assert names == sorted([*names_alone, "second/nccl"])  # only the later root's same-named run is told apart
@@ -186,8 +185,7 @@ def test_a_step_of_another_span_is_dropped(page, two_roots: Server) -> None:
 
 def test_a_root_that_cannot_be_listed_shows_a_banner_on_every_page(page, roots, tmp_path: Path) -> None:
     missing = tmp_path / "unmounted"  # a root that is not there (a storage outage for a local disk)
-    server = serve([roots["first"], missing], tmp_path)
-    try:
+    with parsed_server([roots["first"], missing], tmp_path) as server:
         root = get_json(f"{server.url}/api/runs")[1]["roots"][1]
         assert root["error"]
         for path in ("/overview?run=nccl", "/trace?run=nccl", "/distributed?run=ddp", "/memory?run=snapshot_only"):
@@ -196,5 +194,3 @@ def test_a_root_that_cannot_be_listed_shows_a_banner_on_every_page(page, roots, 
             banner.wait_for()
             assert str(missing) in banner.inner_text(), path
         screenshot(page, "storage-banner-memory")
-    finally:
-        server.stop()

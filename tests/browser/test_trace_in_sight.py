@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .support import BARS, Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import BARS, Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
 from .test_trace_page import HOOK, url_has, wait_drawn, wait_selected
 
 pytestmark = pytest.mark.browser
@@ -32,12 +32,8 @@ def sight_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         shutil.copy(corpus_path(file), roots / run)
     shutil.copytree(corpus_path(GLOO), roots / "ddp")
     shutil.copytree(corpus_path(NCCL), roots / "nccl")
-    server = start_server([roots], work / "cache", work / "server.log")
-    try:
-        server.wait_parsed()
+    with parsed_server([roots], work) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def rows(page) -> list[dict]:

@@ -464,6 +464,7 @@ class TracePage {
       if (token !== this.search.token) return;
       match = body.match;
     }
+    this.showTrackOf(section, match.track);
     this.view.reveal(section, match);
     await this.select(section, match.id, false);
   }
