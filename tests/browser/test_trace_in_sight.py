@@ -118,7 +118,8 @@ def test_straggler_link_selects_the_collective_with_every_rank_in_view(page, sig
     assert worst["name"] in details.inner_text()
     assert page.evaluate(f"() => {HOOK}.selected.worker") == worst["last_worker"]
     laid = rows(page)
-    assert [r for r in laid if r["type"] == "section" and not inside(page, r)] == []
+    assert {r["section"] for r in laid if r["type"] == "section"} == {0, 1, 2, 3}
+    assert [r["key"] for r in laid if not inside(page, r)] == [], "a rank's rows are out of sight"
     track = get_json(
         f"{sight_server.url}/api/timeline/slice?run=ddp&worker={worst['last_worker']}&id={worst['trace']['event']}"
     )[1]["track"]

@@ -182,7 +182,6 @@ class TracePage {
       el("button", { type: "button", "data-testid": "reset-zoom", text: "Whole trace", onclick: () => this.view.setView(this.view.bounds()) }),
       this.tracksPicker(),
       this.stacksButton(),
-      this.compactToggle(),
       el("span", { class: "spacer" }),
       this.exportWorker,
       this.downloadLink,
@@ -283,6 +282,7 @@ class TracePage {
       { class: "controls tl-ranks", "data-testid": "ranks" },
       several ? this.sections.map((section) => this.rankControl(section)) : null,
       several ? el("label", {}, "Align by", align) : null,
+      this.compactToggle(),
       add,
     );
   }

@@ -4,8 +4,8 @@
 // So that the GPU is in sight when the page opens (issue 20): GPU groups come right after the
 // steps, deep CPU / Python stacks are folded to a few lanes (the last lane shows the innermost
 // slice under each instant; click the track's label to unfold it), and with several ranks only the
-// GPU streams and steps are shown (a rank without GPU streams keeps its deepest CPU thread) until
-// the user asks for every track ("compact" off).
+// GPU streams and steps are shown, without group rows (a rank without GPU streams keeps its
+// deepest CPU thread) until the user asks for every track ("compact" off).
 
 export const RULER_PX = 26;
 export const SECTION_PX = 26;
@@ -107,9 +107,11 @@ export function layoutRows(sections, state) {
       const shown = group.tracks.filter((t) => trackShown(section, t, state));
       if (!shown.length) continue;
       const key = groupKey(section.index, group.id);
-      const groupFolded = collapsed.has(key);
-      push({ type: "group", section, h: GROUP_PX, key, collapsed: groupFolded, label: group.name, group });
-      if (groupFolded) continue;
+      if (!state.compact) {  // compact ranks: a rank's few tracks right under its header, no group rows
+        const groupFolded = collapsed.has(key);
+        push({ type: "group", section, h: GROUP_PX, key, collapsed: groupFolded, label: group.name, group });
+        if (groupFolded) continue;
+      }
       for (const track of shown) {
         const lanes = trackLanes(section, group, track, state, several);
         const key = trackKey(section.index, track.id);
@@ -127,7 +129,7 @@ export function visibleTrackIds(section, state) {
   if (!section.info || collapsed.has(sectionKey(section.index))) return [];
   const ids = [];
   for (const group of groupedTracks(section.info)) {
-    if (collapsed.has(groupKey(section.index, group.id))) continue;
+    if (!state.compact && collapsed.has(groupKey(section.index, group.id))) continue;
     for (const track of group.tracks) if (trackShown(section, track, state)) ids.push(track.id);
   }
   return ids;
