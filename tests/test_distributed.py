@@ -477,3 +477,24 @@ def test_calls_are_matched_by_process_group_and_sequence_not_by_count(tmp_path: 
     assert (groups["1"]["dimension"], groups["1"]["calls"], groups["1"]["collectives"]) == ("tp", 4, 2)
     assert groups["1"]["total_us"] == pytest.approx(20 + 30 + 12 + 25)
     assert groups["0"]["total_bytes"] == 4 * (1000 + 2000 + 3000 + 2000 + 3000 + 4000)
+
+
+@pytest.mark.parametrize(
+    ("workers", "infos", "applies"),
+    [
+        (["rank0", "rank1"], [None, None], True),  # ranks in the names
+        (["sampled_rank-0", "sampled_rank-1"], [None, None], True),
+        (["bert__1016001", "owlv2__1016001"], [None, None], False),  # unrelated traces in one folder
+        (["a", "b"], [{"rank": 0, "world_size": 2}, {"rank": 1, "world_size": 2}], True),  # distributedInfo
+        (["a", "b"], [{"rank": 0, "world_size": 1}, {"rank": 0, "world_size": 1}], False),  # same rank twice
+        (["eager_trace"], [{"rank": 0, "world_size": 8}], True),  # one rank of an 8-rank job
+        (["eager_trace"], [{"rank": 0, "world_size": 1}], False),
+        (["worker0"], [None], False),  # one plain trace
+        (["rank0", "rank0_copy"], [None, None], False),  # the same rank number twice
+    ],
+)
+def test_which_traces_are_ranks_of_one_job(workers: list[str], infos: list, applies: bool) -> None:
+    from profscope.analysis.distributed import not_ranks_of_one_job
+
+    reason = not_ranks_of_one_job(workers, lambda: infos)
+    assert (reason is None) == applies, reason

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from profscope.analysis.distributed import not_ranks_of_one_job
 from profscope.cache import TraceCache
-from profscope.catalog import Run, TraceFile, build_runs
+from profscope.catalog import Run, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
@@ -100,7 +101,7 @@ class Profscope:
         self.metrics.watch(self)
 
     def _unique_label(self, shown: str) -> str:
-        """The root's last folder name (its runs are named LABEL/folder when there are several roots);
+        """The root's last folder name (a run named like one of an earlier root becomes LABEL/folder);
         two roots ending in the same name (s3://a/runs, gs://b/runs) keep more of their path."""
         path = PurePosixPath(shown.split("://", 1)[-1].rstrip("/"))
         taken = {root.label for root in self.roots}
@@ -117,7 +118,7 @@ class Profscope:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
-        runs = build_runs(listings, several=len(self.roots) > 1)
+        runs = build_runs(listings)
         with self._lock:
             self._runs = runs
         self.scans += 1
@@ -179,6 +180,12 @@ class Profscope:
     def run(self, name: str) -> Run | None:
         with self._lock:
             return self._runs.get(name)
+
+    def moved_run(self, name: str) -> str | None:
+        """The run a link to an unknown run most likely means (see catalog.moved_run)."""
+        with self._lock:
+            names = list(self._runs)
+        return moved_run(name, names, [root.label for root in self.roots])
 
     # ---- per-run status ---------------------------------------------------------------------------
     def run_status(self, run: Run) -> dict[str, Any]:
@@ -252,8 +259,19 @@ class Profscope:
             memory=bool(memory_files) or any(summary.get("memory_events") for summary in parsed),
             workers=len(run.workers()),
             distributed_info=bool(first.get("distributed")),
+            not_distributed=self.not_distributed_reason(run),
         )
 
     def views_of(self, facts: RunFacts) -> dict[str, str | None]:
         """Each per-run page in the navigation's order: None when it applies to the run, else the reason."""
         return {view.name: view.applies(facts) for view in self.views if view.run_tab}
+
+    def not_distributed_reason(self, run: Run) -> str | None:
+        """Why the Distributed view does not apply to a run, or None when its traces are ranks of one job."""
+        workers = run.workers()
+
+        def infos() -> list[dict[str, Any] | None]:
+            firsts = [run.find(worker, spans[0]) for worker, spans in workers.items()]
+            return [(self.cache.summary(t.cache_key) or {}).get("distributed") if t else None for t in firsts]
+
+        return not_ranks_of_one_job(list(workers), infos)

@@ -101,13 +101,16 @@ def test_call_stacks_link_to_source(page, server):
     stacks.wait_for()
     assert stacks.locator("details.stack").count() >= 2
     link = stacks.locator("a", has_text=f"gen_cpu_traces.py({SOURCE_TARGET_LINE}): train").first
-    assert link.get_attribute("href") == f"/source?path=gen_cpu_traces.py&line={SOURCE_TARGET_LINE}"
+    href = link.get_attribute("href")
+    assert href.startswith(f"/source?path=gen_cpu_traces.py&line={SOURCE_TARGET_LINE}&run=tinygpt_cpu&worker=")
     screenshot(page, "operators-stacks")
     link.click()
     page.wait_for_url("**/source?**")
     target = page.locator("tr.target")
     target.wait_for()
     assert target.get_attribute("data-line") == str(SOURCE_TARGET_LINE)
+    back = page.locator("a[data-nav=operators]").get_attribute("href")  # the nav leads back to the run
+    assert query_of(back)["run"] == "tinygpt_cpu" and query_of(back)["worker"] == query_of(href)["worker"]
     assert "loss.backward()" in target.inner_text()
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,39 @@ def rank_from_name(worker: str) -> int | None:
     """``rank3``, ``worker3``, ``rank3_dp0_tp1_pp0``, ``sampled_rank-1`` -> the number."""
     found = _RANK_IN_NAME.search(worker)
     return int(found.group(1)) if found else None
+
+
+def not_ranks_of_one_job(workers: list[str], infos: Callable[[], list[dict[str, Any] | None]]) -> str | None:
+    """Why a run's traces are not the ranks of one distributed job, or None when they are
+    (``docs/definitions.md``, "Ranks of one job"). ``infos()``: each worker's ``distributedInfo``
+    (None when its trace has none or is not parsed yet), read only when the names do not decide.
+
+    A distinct rank number in every worker's name (rank3, worker3, sampled_rank-1) makes ranks of
+    one job. Else distributedInfo decides: one trace of a job with world size > 1 is a rank, and
+    traces whose distributedInfo ranks are distinct are ranks of one job. Anything else (one plain
+    trace; several traces with no rank, or the same rank) is unrelated traces.
+    """
+    named = [rank_from_name(worker) for worker in workers]
+    if len(workers) > 1 and None not in named and len(set(named)) == len(named):
+        return None
+    recorded_infos = [info for info in infos() if isinstance(info, dict) and info.get("rank") is not None]
+    recorded = [info["rank"] for info in recorded_infos]
+    if len(set(recorded)) < len(recorded):
+        return (f"{len(recorded)} traces record the same distributedInfo rank ({recorded[0]}): "
+                "they are separate jobs, not ranks of one job")  # fmt: skip
+    if len(recorded) > 1 or _world_size(recorded_infos) > 1:
+        return None
+    if recorded:
+        return "its trace records distributedInfo with a world size of 1: a single-process job"
+    if len(workers) == 1:
+        return "it has one trace and no distributedInfo: profile a torch.distributed job to compare its ranks"
+    return (f"its {len(workers)} traces record no distributedInfo and their names carry no distinct rank "
+            "number (rank0, worker1 ...): they are taken as unrelated traces, not ranks of one job")  # fmt: skip
+
+
+def _world_size(infos: list[dict[str, Any] | None]) -> int:
+    sizes = [int(info.get("world_size") or 1) for info in infos if isinstance(info, dict)]
+    return max(sizes, default=1)
 
 
 def parallel_dims_from_name(worker: str) -> dict[str, int]:
@@ -225,10 +259,11 @@ def _flatten_calls(ready: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         parts["bytes"].append(np.asarray(table["bytes"], dtype=np.int64))
         parts["step"].append(np.asarray(table["step"], dtype=np.int64))
         parts["name_local"].append(np.asarray(table["name"], dtype=np.int64))
+        parts["event"].append(np.asarray(table["event"], dtype=np.int64))
     calls = {key: np.concatenate(values) if values else np.zeros(0, np.int64) for key, values in parts.items()}
     if not ready:
         calls = {key: np.zeros(0, np.int64) for key in ("rank", "pg", "pg_local", "by_seq", "kind", "kind_key",
-                 "order", "sub", "start_ns", "end_ns", "bytes", "step", "name_local")}  # fmt: skip
+                 "order", "sub", "start_ns", "end_ns", "bytes", "step", "name_local", "event")}  # fmt: skip
     calls["kind_names"] = np.array(list(kind_codes) or [""], dtype=object)
     calls["pg_names"] = np.array(list(pg_codes) or [""], dtype=object)
     keys = np.stack([calls["pg"], calls["by_seq"], calls["kind_key"], calls["order"], calls["sub"]], axis=1)
@@ -691,6 +726,7 @@ def _collective_row(
         "arrivals": arrivals,
         "trace": {
             "workers": workers,
+            "event": int(calls["event"][last_index]),  # the late rank's call: the page selects it
             "start_us": window_start - pad - lead.get("offset_us", 0.0),
             "end_us": window_end + pad - lead.get("offset_us", 0.0),
         },

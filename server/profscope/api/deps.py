@@ -19,9 +19,12 @@ def get_state(request: Request) -> Profscope:
 
 
 def get_run(request: Request, run: str = Query(..., description="Run name, as listed by /api/runs")) -> Run:
-    found = get_state(request).run(run)
+    state = get_state(request)
+    found = state.run(run)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"no run named {run!r}")
+        moved = state.moved_run(run)
+        where = f"; it is now {moved!r} (run names no longer carry their root's name)" if moved else ""
+        raise HTTPException(status_code=404, detail=f"no run named {run!r}{where}")
     return found
 
 

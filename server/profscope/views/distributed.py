@@ -13,7 +13,7 @@ from profscope.analysis.payloads import query_of
 from profscope.analysis.rank_summary import rank_payload
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
-from profscope.views.responses import Distributed
+from profscope.views.responses import Distributed, NotDistributed
 from profscope.views.view import NO_TRACE, RunFacts, View
 
 if TYPE_CHECKING:
@@ -26,11 +26,15 @@ PAYLOAD = query_of(rank_payload).name
 
 @router.get(
     "/distributed",
-    response_model=Distributed,
+    response_model=Distributed | NotDistributed,
     summary="All ranks of a span: computation/communication overlap, synchronizing vs data transfer, stragglers",
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},
         404: {"description": "No such run, or no such span: `{detail}`."},
+        200: {
+            "description": "The ranks side by side; or, for a run that is not distributed, "
+            "`{run, applies: false, reason}`."
+        },
     },
 )
 def distributed(
@@ -43,6 +47,9 @@ def distributed(
     ),
 ) -> Response:
     state = get_state(request)
+    reason = state.not_distributed_reason(run)
+    if reason is not None:
+        return json_response({"run": run.name, "applies": False, "reason": f"Distributed does not apply: {reason}."})
     found = run.span_group(span)
     if found is None:
         raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
@@ -54,7 +61,7 @@ def distributed(
         return json_response({**ident, **_progress(state, traces, pending)}, status_code=202)
     key = ("distributed", *((item["cache_key"], "summary" in item) for item in inputs))
     body = state.store.loaded(key, lambda: build_distributed([_loaded(state, item) for item in inputs]))
-    return json_response({**ident, "workers": len(traces), **_with_links(body, run, group)})
+    return json_response({**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)})
 
 
 def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, Any]], list[TraceFile]]:
@@ -125,8 +132,8 @@ def _with_links(body: dict[str, Any], run: Run, group: dict[str, str]) -> dict[s
 
 
 def trace_url(run: str, span: str, workers: list[str], window: dict[str, float]) -> str:
-    """The Trace view of these workers side by side; the window is relative to the FIRST worker's trace
-    origin (the Trace page reads ``start_us`` / ``end_us`` so)."""
+    """The Trace view of these workers side by side, the first worker's call (``event``) selected; the
+    window is relative to the FIRST worker's trace origin (the Trace page reads ``start_us`` / ``end_us`` so)."""
     query = {
         "run": run,
         "span": span,
@@ -134,15 +141,15 @@ def trace_url(run: str, span: str, workers: list[str], window: dict[str, float])
         "start_us": f"{window['start_us']:.3f}",
         "end_us": f"{window['end_us']:.3f}",
     }
+    if window.get("event") is not None:  # the late rank's call, selected and scrolled into view
+        query.update({"slice": str(window["event"]), "slice_worker": workers[0], "slice_span": span})
     return f"/trace?{urlencode(query)}"
 
 
 def applies(facts: RunFacts) -> str | None:
     if not facts.traces:
         return NO_TRACE
-    if facts.workers > 1 or facts.distributed_info:  # several ranks, or one rank of a distributed job
-        return None
-    return "This run has one worker and no distributedInfo"
+    return facts.not_distributed
 
 
 VIEW = View("distributed", "Distributed", router, queries=(query_of(rank_payload),), applies=applies)

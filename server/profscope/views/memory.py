@@ -305,7 +305,9 @@ def snapshot_oom(
     def shape(tables: SnapshotTables, summary: dict) -> dict:
         moments = oom_moments(tables, _device(summary, device))
         for oom in moments["ooms"]:
-            oom["frames"] = [_linked(settings, f) for f in stack_frames(tables, oom["stack"], python_only=True)]
+            oom["frames"] = [
+                _linked(settings, f, snapshot) for f in stack_frames(tables, oom["stack"], python_only=True)
+            ]
         return moments
 
     return _snapshot_view(request, snapshot, shape)
@@ -330,7 +332,7 @@ def snapshot_allocation(
         if id >= tables.row_count("allocations"):
             raise HTTPException(404, detail=f"no allocation {id}")
         row = allocation_row(tables, id)
-        frames = [_linked(settings, f) for f in stack_frames(tables, row["stack"], python_only=False)]
+        frames = [_linked(settings, f, snapshot) for f in stack_frames(tables, row["stack"], python_only=False)]
         if not all_frames:
             frames = [f for f in frames if f["filename"].endswith(".py")] or frames
         return {**row, "device": int(tables.table("allocations")["device"][id]), "frames": frames}
@@ -338,10 +340,10 @@ def snapshot_allocation(
     return _snapshot_view(request, snapshot, shape)
 
 
-def _linked(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
+def _linked(settings: Any, frame: dict[str, Any], snapshot: TraceFile) -> dict[str, Any]:
     if frame["filename"] in ("", "??") or frame["line"] <= 0:
         return {**frame, "links": {}}
-    return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]})}
+    return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]}, snapshot)}
 
 
 # ---- InternLM memory.log ------------------------------------------------------------------------

@@ -54,7 +54,7 @@ def operator_stacks(
         stacks = stacks_by_key.get(key, [])
         for stack in stacks:
             for frame in stack["frames"]:
-                frame["links"] = frame_links(settings, frame)
+                frame["links"] = frame_links(settings, frame, trace)
         return {"name": name, "input_shape": input_shape, "stacks": stacks}
 
     group_by = "operator_input_shape" if input_shape is not None else "operator"

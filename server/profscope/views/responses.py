@@ -33,6 +33,11 @@ class WorkerSpans(Strict):
     spans: list[str]
 
 
+class MovedRun(Strict):
+    run: str  # the name the link holds
+    moved_to: str | None  # the run it most likely means now; null when there is none
+
+
 class FileError(Strict):
     file: str
     message: str | None
@@ -396,6 +401,7 @@ class MemoryLogLayers(MemoryLogIdent):
 # ---- distributed --------------------------------------------------------------------------------
 class Distributed(Strict):
     run: str
+    applies: bool  # True: the ranks side by side (this model); False: see ``NotDistributed``
     span: str
     span_position: int
     workers: int
@@ -409,6 +415,14 @@ class Distributed(Strict):
     alignment: Row | str | None
     matching: Row
     warnings: list[str]
+
+
+class NotDistributed(Strict):
+    """A run whose traces are not ranks of one job (``docs/definitions.md`` §10)."""
+
+    run: str
+    applies: bool
+    reason: str
 
 
 # ---- trace view ---------------------------------------------------------------------------------

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from profscope.api.deps import get_run, get_state, get_trace, json_response
 from profscope.catalog import Run, TraceFile
-from profscope.views.responses import IngestStatus, RunList, RunStatus
+from profscope.views.responses import IngestStatus, MovedRun, RunList, RunStatus
 from profscope.views.view import View, always
 
 router = APIRouter(prefix="/api", tags=["runs"])
@@ -28,6 +28,19 @@ def list_runs(request: Request) -> Response:
             "roots": [root.to_json() for root in state.roots],
         }
     )
+
+
+@router.get(
+    "/runs/moved",
+    response_model=MovedRun,
+    summary="Where the run a link names went: `{run, moved_to}` (`moved_to` null when there is no such run)",
+    description="Links written while several roots prefixed run names with the root's name (`root/folder`) "
+    "lead to `folder`, and the other way round; else the one run whose last folder is the link's.",
+)
+def moved_run(request: Request, run: str = Query(..., description="The run name a link holds")) -> Response:
+    state = get_state(request)
+    moved_to = run if state.run(run) is not None else state.moved_run(run)
+    return json_response({"run": run, "moved_to": moved_to})
 
 
 _NO_SUCH_RUN = {404: {"description": "No such run (or, for a retry, no such worker or span): `{detail}`."}}

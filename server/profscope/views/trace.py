@@ -131,12 +131,12 @@ def slice_details(
         raise HTTPException(status_code=404, detail=f"no slice {id} in {trace.key}")
     details = timeline.slice_details(tables, index, id)
     settings = get_state(request).settings
-    details["stack"] = [_frame(settings, frame) for frame in details["stack"]]
+    details["stack"] = [_frame(settings, frame, trace) for frame in details["stack"]]
     return json_response({**ident(trace), **details})
 
 
-def _frame(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
-    links = frame_links(settings, frame)
+def _frame(settings: Any, frame: dict[str, Any], trace: TraceFile) -> dict[str, Any]:
+    links = frame_links(settings, frame, trace)
     return {
         "name": frame["text"],
         "file": frame.get("path"),

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 
 from profscope.analysis.payloads import Query
 
-NO_TRACE = "This run has no trace, only memory files"
+NO_TRACE = "This run holds only memory snapshots or memory.log files: see Memory"
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class RunFacts:
     memory: bool  # allocator snapshots, memory.log files, or a parsed trace with memory events
     workers: int
     distributed_info: bool  # the first trace records ``distributedInfo``
+    not_distributed: str | None = None  # why its traces are not ranks of one job (``docs/definitions.md``)
 
 
 def always(_: RunFacts) -> str | None:

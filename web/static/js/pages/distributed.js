@@ -107,7 +107,7 @@ function stepSelect(data) {
       "aria-label": "Step",
       onchange: (e) => {
         state.step = e.target.value;
-        updateUrl({ step: state.step });
+        updateUrl({ step: state.step }, { push: true });
         drawStepCharts(data);
       },
     },
@@ -189,7 +189,7 @@ function tablePanel(name, title, sub, columns, rows, rowKey) {
       wide: columns.length > 9,
       onSort: (next) => {
         state.sorts[name] = next;
-        updateUrl({ [SORT_PARAMS[name]]: next });
+        updateUrl({ [SORT_PARAMS[name]]: next }, { push: true });
         draw();
       },
     });
@@ -334,6 +334,10 @@ function drawHta(data) {
 
 function render(data, selection) {
   const root = byId("distributed");
+  if (state.step && !data.steps.includes(state.step)) {
+    state.step = ""; // a step of another span (the span changed): all steps, in the URL as in the selector
+    updateUrl({ step: null });
+  }
   const ready = data.ranks.filter((r) => r.state === "ready");
   if (!ready.length) {
     clear(root, warningsPanel(data), emptyState("No rank of this span could be read"));
@@ -385,7 +389,8 @@ async function main() {
   setJsonLink(url);
   try {
     const data = await loadView(url, { statusEl });
-    render(data, selection);
+    if (data.applies === false) clear(byId("distributed"), emptyState("Not a distributed run", data.reason));
+    else render(data, selection);
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
   }

@@ -172,7 +172,7 @@ function toggle(row) {
   const open = rowKey(row) === expandedKey();
   state.stack = open ? null : row.name;
   state.shape = open || !byShape() ? null : row.input_shape || "";
-  updateUrl({ stack: state.stack, shape: state.shape });
+  updateUrl({ stack: state.stack, shape: state.shape }, { push: true });
   renderRows();
 }
 
@@ -254,7 +254,7 @@ function renderAccounting() {
 
 function changeSort(next) {
   state.sort = next;
-  updateUrl({ sort: next });
+  updateUrl({ sort: next }, { push: true });
   renderRows();
 }
 
@@ -287,7 +287,7 @@ async function main() {
     state.groupBy = value;
     state.stack = state.shape = null;
     if (state.sort && state.sort.replace(/^-/, "") === "input_shape" && value === "operator") state.sort = null;
-    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort });
+    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort }, { push: true });
     load();
   });
   bindSearchAndTop(state, updateUrl, { renderPies, renderRows });
