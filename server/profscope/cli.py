@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -268,11 +271,20 @@ def _cache_locations(args: argparse.Namespace, roots: list[str]) -> tuple[Path |
     return (Path(args.local_cache_dir) if args.local_cache_dir else None), args.cache_dir
 
 
+def _absolute(root: str) -> str:
+    """A local root as an absolute path, read from the directory profscope was started in (as shown and logged)."""
+    from profscope.sources import is_object_store_uri
+
+    if is_object_store_uri(root):
+        return root
+    return str(Path(root.removeprefix("file://")).expanduser().resolve())
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     from profscope.assets import demo_traces
 
     env_roots = [r.strip() for r in (env("ROOTS") or "").split(",") if r.strip()]
-    roots = args.roots or env_roots or [str(demo_traces())]
+    roots = [_absolute(root) for root in args.roots or env_roots or [str(demo_traces())]]
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
     path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
     path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
@@ -309,6 +321,30 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 KEEP_ALIVE_SECONDS = 75
 
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM after uvicorn's graceful shutdown (uvicorn raises the signal again once it is done)."""
+
+
+def _stop_on_signal(number: int, frame: object) -> None:
+    raise _Stopped(number)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound (and listening: early connections wait in its backlog) before anything says
+    "serving on"; OSError when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart while in TIME_WAIT
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -321,6 +357,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    try:
+        sock = _bind(settings.host, settings.port)
+    except OSError as exc:
+        print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
     app = create_app(settings)
     access = []
@@ -338,10 +379,14 @@ def serve(args: argparse.Namespace) -> int:
             "shared cache %s (%s), unpacked into %s", redact(settings.shared_cache),
             "read and written" if settings.shared_cache_write else "read only", settings.cache_dir,
         )  # fmt: skip
-    uvicorn.run(
+    config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )  # fmt: skip
+    for number in (signal.SIGINT, signal.SIGTERM):  # a normal exit: the parser pool's queues are released
+        signal.signal(number, _stop_on_signal)
+    with contextlib.suppress(_Stopped):
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
@@ -372,6 +417,10 @@ def ingest(args: argparse.Namespace) -> int:
     from profscope.sources import LocalSource
 
     map_large_arrays_directly()  # as the worker processes do
+    unreadable = [f"{p}: {'not a file' if p.exists() else 'no such file'}" for p in args.files if not p.is_file()]
+    if unreadable:
+        print(f"profscope ingest: {'; '.join(unreadable)}", file=sys.stderr)
+        return 2
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
     failures = 0
     for path in args.files:

@@ -131,8 +131,20 @@ class Profscope:
         recovered = root.error is not None and root.listed_at > 0
         if recovered:
             log.warning("%s is readable again", root.uri)
+        elif root.error is not None:
+            log.info("%s can be listed now: %d files", root.uri, len(objects))
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
+
+    def readiness(self) -> tuple[bool, list[dict[str, str]]]:
+        """(ready, roots that cannot be listed). Ready once the first scan is done and every root has been listed
+        at least once. A root failing after a good listing does not make the server unready: its runs are still
+        served (marked stale), and a storage outage taking every replica out of its Service at once would
+        serve nothing instead. A root never listed (a folder not there yet, a wrong bucket or credentials at
+        start) keeps it unready, so a probe or a script waiting for it sees why."""
+        failing = [{"root": root.uri, "error": root.error} for root in self.roots if root.error]
+        never_listed = any(not root.listed_at for root in self.roots)
+        return self.scans > 0 and not never_listed, failing
 
     def _retry_storage_failures(self, runs: dict[str, Run], recovered_roots: set[str]) -> None:
         """Read again traces whose read failed on a storage error (not on their content)."""

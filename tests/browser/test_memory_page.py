@@ -3,6 +3,7 @@ InternLM memory.log (curve by category, layer sunbursts)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +25,7 @@ def _stand_in_sources(work: Path) -> Path:
     """A source root holding a stand-in for the script the snapshot's stacks point at."""
     sources = work / "sources"
     sources.mkdir(parents=True)
-    (sources / SCRIPT).write_text(
-        "".join(f"# line {n} of a stand-in for the training script\n" for n in range(1, 300))
-    )
+    (sources / SCRIPT).write_text("".join(f"# line {n} of a stand-in for the training script\n" for n in range(1, 300)))
     return sources
 
 
@@ -39,17 +38,19 @@ def _posix_snapshot() -> dict:
         snapshot = pickle.load(f)  # the corpus is trusted: the plain unpickler writes the test's own pickle
     frames = [f for trace in snapshot["device_traces"] for e in trace for f in e["frames"]]
     frames += [f for segment in snapshot["segments"] for block in segment["blocks"] for f in block.get("frames", [])]
-    for frame in frames:
+    for frame in {id(f): f for f in frames}.values():  # the pickle shares a frame between the stacks holding it
         frame["filename"] = "/" + frame["filename"].removeprefix("C:\\").replace("\\", "/")
     return snapshot
 
 
 def _snapshot_run(work: Path) -> Path:
+    """A run with two snapshots: the training history, and one recorded without history (segments only)."""
     import pickle
 
     run = work / SNAPSHOT_RUN
     run.mkdir(parents=True)
     (run / "memory_snapshot.pickle").write_bytes(pickle.dumps(_posix_snapshot(), protocol=4))
+    shutil.copy(corpus_path("memory-snapshots/ZijianDu_Attention/memory.pickle"), run / "segments_only.pickle")
     return run
 
 
@@ -159,12 +160,12 @@ def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Serv
     links.first.wait_for()
     assert sorted(links.all_inner_texts()) == [
         "memory snapshot memory_snapshot",
-        "memory snapshot memory_snapshot_forward",
+        "memory snapshot segments_only",
     ]
-    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot_forward")
+    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot")
     link.click()
     page.wait_for_url("**/memory?**")
-    assert query_of(page.url)["snapshot"] == "memory_snapshot_forward"
+    assert query_of(page.url)["snapshot"] == "memory_snapshot"
     wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
     screenshot(page, "memory-from-runs")
 

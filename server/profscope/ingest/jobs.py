@@ -104,6 +104,9 @@ class IngestState:
 def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     global _progress_queue
     _progress_queue = queue
+    # Ctrl+C in a terminal reaches the whole process group: the server stops its workers itself, so a
+    # worker must not die mid-parse with a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_bytes:  # allocations past it raise MemoryError in the parse instead of the OOM killer's SIGKILL
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     map_large_arrays_directly()
@@ -488,6 +491,7 @@ class IngestManager:
                 self._worker_fault(key, trace, state, reason)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
+                _log_failure(trace, result["error"])
                 self.counters["failed"] += 1
                 self._report_end(state, ok=False)
                 if "retry_after_s" in result:  # the cache could not be written: not the file's fault, nothing to share
@@ -521,6 +525,7 @@ class IngestManager:
             return
         self._remember_error(key, {"message": reason, "kind": "WorkerDied"})
         state.state, state.message = "error", reason
+        _log_failure(trace, reason)
         self.counters["failed"] += 1
         self._report_end(state, ok=False)
         self._publish(key, trace)
@@ -588,6 +593,12 @@ class IngestManager:
                     state.bytes_done = value
 
 
+def _log_failure(trace: TraceFile, reason: str) -> None:
+    """Once per failed parse (a failure is remembered in the cache, so the file is not parsed again to fail again)."""
+    where = trace.source if trace.source.endswith(f"/{trace.key}") else f"{trace.source.rstrip('/')}/{trace.key}"
+    log.warning("cannot read %s: %s", where, reason)
+
+
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Stop a pool now, including workers in the middle of a parse (shutdown alone waits for them)."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
@@ -595,3 +606,5 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         if process.is_alive():
             process.terminate()
+    for process in processes:
+        process.join(timeout=5)
