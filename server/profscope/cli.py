@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from profscope import __version__
+from profscope.cache_bounds import DEFAULT_CACHE_MAX_BYTES
 from profscope.config import Settings, default_cache_dir, env, env_flag
 from profscope.logs import configure_logging
 from profscope.sources.base import StorageOptions, redact
@@ -80,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float(env("RESCAN_SECONDS") or 10.0),
         help="how often the roots are listed again to find new or changed files (default 10)",
+    )
+    serve.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=_int_env("CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES),
+        help="bound the local cache: beyond this many bytes, the least recently used entries that no served run "
+        "needs are removed (entries of deleted or overwritten files always are); 0: no bound (default 20 GiB)",
     )
     _add_limit_arguments(serve)
     serve.add_argument(
@@ -298,6 +306,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         shared_cache_write=args.shared_cache_write,
         workers=max(1, args.workers),
         rescan_seconds=args.rescan_seconds,
+        cache_max_bytes=max(0, args.cache_max_bytes),
         max_trace_bytes=args.max_trace_bytes,
         max_snapshot_bytes=args.max_snapshot_bytes,
         max_parse_seconds=args.max_parse_seconds,

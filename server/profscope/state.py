@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from profscope.cache import TraceCache
+from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
 from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
@@ -87,6 +88,8 @@ class Profscope:
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.scans = 0
+        self._tidied: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # when, and the files then
+        self._told_cache_too_small = False
         self.metrics.watch(self)
 
     def _unique_label(self, shown: str) -> str:
@@ -112,6 +115,7 @@ class Profscope:
             self._runs = runs
         self.scans += 1
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
+        self._tidy_cache(runs)
         if self.settings.eager_ingest:
             for run in runs.values():
                 for trace in run.traces() + run.snapshots() + run.memory_logs():
@@ -135,6 +139,29 @@ class Profscope:
             log.info("%s can be listed now: %d files", root.uri, len(objects))
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
+
+    def _tidy_cache(self, runs: dict[str, Run]) -> None:
+        """Bound the cache (cache_bounds.py) when the files served changed, and every minute for its size."""
+        files = [f for run in runs.values() for f in run.traces() + run.snapshots() + run.memory_logs()]
+        for file in files:  # entries written since the last scan: from then on known as this root's
+            self.cache.record_origin(file.cache_key, file.source, file.key)
+        live = {f.cache_key for f in files}
+        last_at, last_files = self._tidied
+        if frozenset(live) == last_files and time.monotonic() - last_at < TIDY_EVERY_S:
+            return
+        self._tidied = (time.monotonic(), frozenset(live))
+        listed = {r.source.uri for r in self.roots if r.source is not None and r.error is None and r.listed_at}
+        report = tidy_cache(self.cache, live, listed, self.settings.cache_max_bytes)
+        self.metrics.cache_removed.labels("gone").inc(len(report.gone))
+        self.metrics.cache_removed.labels("size").inc(len(report.evicted))
+        if report.gone or report.evicted:
+            log.info("cache: removed %d entries of deleted or overwritten files and %d least recently used "
+                     "ones; %d bytes kept", len(report.gone), len(report.evicted), report.bytes_kept)  # fmt: skip
+        if 0 < self.settings.cache_max_bytes < report.live_bytes and not self._told_cache_too_small:
+            self._told_cache_too_small = True
+            log.warning("the runs served take %d bytes of cache, more than --cache-max-bytes %d: they are kept "
+                        "(evicting them would parse them again at every rescan)", report.live_bytes,
+                        self.settings.cache_max_bytes)  # fmt: skip
 
     def readiness(self) -> tuple[bool, list[dict[str, str]]]:
         """(ready, roots that cannot be listed). Ready once the first scan is done and every root has been listed
