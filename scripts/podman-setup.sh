@@ -10,6 +10,7 @@
 #    it as --build-arg BASE_IMAGE. First run 1.5-2.5 minutes (debootstrap), later runs seconds.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap lives there, off a normal user's PATH on Debian
 BASE=localhost/debian-py:bookworm
 source "$(dirname "${BASH_SOURCE[0]}")/setup-venv.sh"  # apt_install: root or sudo, a clear message without apt-get
 {

@@ -22,7 +22,8 @@ if [ ! -x tests/storage/node_modules/.bin/azurite-blob ]; then
 fi
 
 # podman and a local base image for the container test (tests/container): no Docker engine needed.
-eval "$(bash scripts/podman-setup.sh)"
+podman_exports="$(bash scripts/podman-setup.sh)" || die "scripts/podman-setup.sh failed (see above): the container test needs podman"
+eval "$podman_exports"
 
 say "running the tests (about 18 minutes on 2 cores)"
 exec "$VENV/bin/python" -m pytest -q "$@"
