@@ -621,5 +621,3 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         if process.is_alive():
             process.terminate()
-    for process in processes:
-        process.join(timeout=5)
