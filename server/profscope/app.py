@@ -9,13 +9,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
 from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
+from profscope.guard import PROBE_PATHS, RequestGuard, route_path
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
@@ -27,6 +28,7 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'self'; form-action 'self'"
 )
+LOGGED_METHOD_CHARS = 16  # a client may send a method name of any length
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -52,10 +54,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
-    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > access control > gzip.
+    # Middleware: the last added runs first.
+    # Order: observe (log + metrics) > headers > guard (probes, hosts, paths) > access control > gzip.
     if settings.access_control:
         app.state.access_control = auth.AccessControl(settings)
         app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
+    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app))
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
@@ -68,6 +72,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.middleware("http")
     async def observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
         started = time.perf_counter()
+        method = request.method[:LOGGED_METHOD_CHARS]  # before the guard answers a HEAD as a GET
         status = 500
         try:
             response = await call_next(request)
@@ -76,15 +81,15 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             seconds = time.perf_counter() - started
             route = route_template(request, status)
-            metrics.observe_request(request.method, route, status, seconds)
+            metrics.observe_request(method, route, status, seconds)
             access_log.info(
                 "%s %s %d %.1fms",
-                request.method,
+                method,
                 request.url.path,
                 status,
                 seconds * 1000,
                 extra={
-                    "method": request.method,
+                    "method": method,
                     "route": route,
                     "path": request.url.path,
                     "status": status,
@@ -92,16 +97,6 @@ def create_app(settings: Settings) -> FastAPI:
                     "user": getattr(request.state, "user", None),
                 },
             )
-
-    @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", include_in_schema=False)
-    def readyz(request: Request) -> JSONResponse:
-        state: Profscope = request.app.state.profscope
-        ready = state.scans > 0
-        return JSONResponse({"ready": ready, "scans": state.scans}, status_code=200 if ready else 503)
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:
@@ -130,8 +125,17 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
+def readiness(app: FastAPI) -> tuple[bool, int]:
+    """/readyz: ready once the roots were listed (answered by the guard, outside the thread pool)."""
+    state: Profscope | None = getattr(app.state, "profscope", None)
+    scans = state.scans if state is not None else 0
+    return scans > 0, scans
+
+
 def route_template(request: Request, status: int) -> str:
     """The route's path template (``/api/overview``, ``/{page}``, ``/static``): a bounded metrics label."""
+    if route_path(request.scope) in PROBE_PATHS:
+        return route_path(request.scope)
     route = request.scope.get("route")
     if route is not None and getattr(route, "path", None):
         return route.path

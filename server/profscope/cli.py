@@ -12,6 +12,7 @@ from pathlib import Path
 
 from profscope import __version__
 from profscope.config import Settings, default_cache_dir, env, env_flag
+from profscope.guard import default_allowed_hosts
 from profscope.logs import configure_logging
 from profscope.sources.base import StorageOptions, redact
 
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_flag("PUBLIC_METRICS"),
         help="leave /metrics open when access control is on (it holds counts, no trace data)",
     )
+    _add_security_arguments(serve)
 
     indexer = commands.add_parser(
         "index",
@@ -195,6 +197,39 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse allocator snapshots (pickles) whose decoded data would take more than this many bytes of "
         "memory (default 8 GiB)",
     )
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in (env(name) or "").split(",") if item.strip()]
+
+
+def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of docs/security.md: allowed hosts, the trusted proxy, connection limits."""
+    group = parser.add_argument_group("request checks", "see docs/security.md")
+    group.add_argument(
+        "--allowed-host", action="append", default=_env_list("ALLOWED_HOSTS"), metavar="HOST[:PORT]",
+        help="answer requests whose Host header is this (repeatable; '*' any, '*.example.com' a domain; env "
+        "PROFSCOPE_ALLOWED_HOSTS, comma-separated). Default: with a loopback --host, 127.0.0.1, localhost and "
+        "[::1] with the port (a DNS-rebinding page cannot read local traces); otherwise any",
+    )  # fmt: skip
+    group.add_argument(
+        "--trusted-proxy", action="append", default=_env_list("TRUSTED_PROXIES"), metavar="CIDR",
+        help="address(es) of the proxy allowed to set --trust-proxy-header and X-Forwarded-Proto (repeatable; "
+        "default: loopback only, with a warning)",
+    )  # fmt: skip
+    group.add_argument(
+        "--proxy-secret", default=env("PROXY_SECRET", ""), metavar="SECRET",
+        help="a proxy that sends 'X-Profscope-Proxy-Secret: SECRET' is trusted from any address (prefer the "
+        "environment variable PROFSCOPE_PROXY_SECRET)",
+    )  # fmt: skip
+    group.add_argument(
+        "--header-timeout", type=float, default=float(env("HEADER_TIMEOUT") or 30.0), metavar="SECONDS",
+        help="close a connection whose request headers are not complete after this long (default 30)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-connections", type=int, default=_int_env("MAX_CONNECTIONS", 1000),
+        help="close new connections beyond this many open ones (default 1000)",
+    )  # fmt: skip
 
 
 def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -298,6 +333,11 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
+        allowed_hosts=args.allowed_host or default_allowed_hosts(args.host, args.port),
+        trusted_proxies=args.trusted_proxy,
+        proxy_secret=args.proxy_secret,
+        header_timeout_s=args.header_timeout,
+        max_connections=max(1, args.max_connections),
         storage=_storage_options(args),
     )
 
@@ -313,6 +353,8 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from profscope.app import create_app
+    from profscope.auth import access_settings_problems
+    from profscope.http_protocol import guarded_protocol
     from profscope.ingest.allocator import limit_heap_arenas
 
     try:
@@ -320,7 +362,13 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    errors, warnings = access_settings_problems(settings)
+    if errors:
+        print("profscope serve: " + "; ".join(errors), file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token, settings.proxy_secret])
+    for warning in warnings:
+        logging.getLogger("profscope").warning("%s", warning)
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
     app = create_app(settings)
     access = []
@@ -341,6 +389,8 @@ def serve(args: argparse.Namespace) -> int:
     uvicorn.run(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=guarded_protocol(settings.header_timeout_s, settings.max_connections),
+        proxy_headers=False,  # X-Forwarded-* is believed only from --trusted-proxy (auth.py), not from uvicorn
     )  # fmt: skip
     return 0
 

@@ -26,6 +26,9 @@ INGEST_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CACHE_SIZE_REFRESH_S = 30.0  # walking a large cache on every scrape would cost more than it tells
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Labels come from closed sets: a client choosing a method name must not create a series per name.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "other"
 
 
 class IngestMetrics:
@@ -111,6 +114,8 @@ class Metrics:
         )
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """``route`` is a route template or one of a few fixed names (app.route_template)."""
+        method = method if method in HTTP_METHODS else OTHER_METHOD
         self.request_duration.labels(method, route).observe(seconds)
         self.requests.labels(method, route, str(status)).inc()
 
