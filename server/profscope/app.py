@@ -59,7 +59,8 @@ def create_app(settings: Settings) -> FastAPI:
     if settings.access_control:
         app.state.access_control = auth.AccessControl(settings)
         app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
-    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app))
+    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app),
+                       metrics=metrics)  # fmt: skip
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]

@@ -199,21 +199,23 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _env_list(name: str) -> list[str]:
-    return [item.strip() for item in (env(name) or "").split(",") if item.strip()]
+def _comma_list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
 def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of docs/security.md: allowed hosts, the trusted proxy, connection limits."""
     group = parser.add_argument_group("request checks", "see docs/security.md")
     group.add_argument(
-        "--allowed-host", action="append", default=_env_list("ALLOWED_HOSTS"), metavar="HOST[:PORT]",
+        "--allowed-host", dest="allowed_hosts", action="append", metavar="HOST[:PORT]",
+        default=_comma_list(env("ALLOWED_HOSTS")),
         help="answer requests whose Host header is this (repeatable; '*' any, '*.example.com' a domain; env "
         "PROFSCOPE_ALLOWED_HOSTS, comma-separated). Default: with a loopback --host, 127.0.0.1, localhost and "
         "[::1] with the port (a DNS-rebinding page cannot read local traces); otherwise any",
     )  # fmt: skip
     group.add_argument(
-        "--trusted-proxy", action="append", default=_env_list("TRUSTED_PROXIES"), metavar="CIDR",
+        "--trusted-proxy", dest="trusted_proxies", action="append", metavar="CIDR",
+        default=_comma_list(env("TRUSTED_PROXIES")),
         help="address(es) of the proxy allowed to set --trust-proxy-header and X-Forwarded-Proto (repeatable; "
         "default: loopback only, with a warning)",
     )  # fmt: skip
@@ -229,6 +231,11 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-connections", type=int, default=_int_env("MAX_CONNECTIONS", 1000),
         help="close new connections beyond this many open ones (default 1000)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-summary-work", type=int, default=_int_env("MAX_SUMMARY_WORK", Settings().max_summary_work),
+        metavar="N", help="refuse a Trace-view area summary over more than N slices x tracks (default 3x10^8, "
+        "a few seconds of one core); such a request answers 400 asking for fewer tracks or a shorter range",
     )  # fmt: skip
 
 
@@ -333,11 +340,12 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
-        allowed_hosts=args.allowed_host or default_allowed_hosts(args.host, args.port),
-        trusted_proxies=args.trusted_proxy,
+        allowed_hosts=args.allowed_hosts or default_allowed_hosts(args.host, args.port),
+        trusted_proxies=args.trusted_proxies,
         proxy_secret=args.proxy_secret,
         header_timeout_s=args.header_timeout,
         max_connections=max(1, args.max_connections),
+        max_summary_work=args.max_summary_work,
         storage=_storage_options(args),
     )
 

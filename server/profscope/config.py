@@ -44,6 +44,7 @@ class Settings:
     proxy_secret: str = field(default="", repr=False)  # the proxy sends it in PROXY_SECRET_HEADER
     header_timeout_s: float = 30.0  # a request's headers must arrive within this
     max_connections: int = 1000
+    max_summary_work: int = 300_000_000  # slices x tracks of one Trace-view area summary (api/timeline.py)
 
     @property
     def access_control(self) -> bool:

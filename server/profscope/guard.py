@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from profscope.metrics import Metrics
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -36,6 +38,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 HEAVY_PATHS = frozenset({"/api/timeline", "/api/timeline/summary", "/api/timeline/search", "/api/timeline/export"})
 HEAVY_REQUESTS = 2
 HEAVY_WAIT_S = 60.0  # a heavy request still waiting for its turn after this answers 503 (ask again)
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client went away
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -66,8 +69,11 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, allowed_hosts: list[str], readiness: Callable[[], tuple[bool, int]]) -> None:
+    def __init__(
+        self, app: ASGIApp, allowed_hosts: list[str], readiness: Callable[[], tuple[bool, int]], metrics: Metrics
+    ) -> None:
         self.app = app
+        self.metrics = metrics
         self.allowed_hosts = allowed_hosts or ["*"]
         self.readiness = readiness
         self.heavy = asyncio.Semaphore(HEAVY_REQUESTS)
@@ -96,16 +102,26 @@ class RequestGuard:
         if path not in HEAVY_PATHS:
             await self.app(scope, receive, send)
             return
-        turn, buffered = await _wait_for_turn(self.heavy, receive)
-        if turn == "disconnected":
+        await self._heavy(scope, receive, send)
+
+    async def _heavy(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.metrics.heavy_waiting.inc()
+        try:
+            turn, buffered = await _wait_for_turn(self.heavy, receive)
+        finally:
+            self.metrics.heavy_waiting.dec()
+        if turn == "disconnected":  # nobody reads this answer: it is for the access log and the metrics
+            await _answer(send, CLIENT_CLOSED_REQUEST, {"detail": "the client left before its turn"})
             return
         if turn == "busy":
             await _answer(send, 503, {"detail": "too many large requests at once: ask again shortly"},
                           {"retry-after": "5"})  # fmt: skip
             return
+        self.metrics.heavy_running.inc()
         try:
             await self.app(scope, _replaying(buffered, receive), send)
         finally:
+            self.metrics.heavy_running.dec()
             self.heavy.release()
 
     async def _probe(self, scope: Scope, send: Send, path: str) -> None:

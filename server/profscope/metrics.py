@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -112,6 +112,15 @@ class Metrics:
             labelnames=("method", "route", "status"),
             registry=self.registry,
         )
+
+        self.heavy_running = Gauge(
+            "profscope_heavy_requests_running", "Requests to the heavy routes (guard.py) being computed now",
+            registry=self.registry,
+        )  # fmt: skip
+        self.heavy_waiting = Gauge(
+            "profscope_heavy_requests_waiting", "Requests to the heavy routes waiting for their turn",
+            registry=self.registry,
+        )  # fmt: skip
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """``route`` is a route template or one of a few fixed names (app.route_template)."""

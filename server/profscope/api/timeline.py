@@ -207,23 +207,23 @@ def summary(
         return opened
     tables, index = opened
     start, end = _window_ns(index, start_us, end_us)
-    _refuse_oversized_summary(index, start, end, _track_set(tracks))
+    _refuse_oversized_summary(index, start, end, _track_set(tracks), get_state(request).settings.max_summary_work)
     return json_response({**_ident(trace), **timeline.area_summary(tables, index, start, end, _track_set(tracks))})
 
 
-# The area summary's busy time per track costs about (tracks) x (slices) steps: ~1 ns each, so
-# this is a few seconds of one core at most (a trace with 100k threads would take minutes).
-MAX_SUMMARY_WORK = 2_000_000_000
+def _refuse_oversized_summary(
+    index: TimelineIndex, start_ns: int, end_ns: int, track_ids: set[str] | None, max_work: int
+) -> None:
+    """400 when the area holds too many slices on too many tracks to summarise in one request.
 
-
-def _refuse_oversized_summary(index: TimelineIndex, start_ns: int, end_ns: int, track_ids: set[str] | None) -> None:
-    """400 when the area holds too many slices on too many tracks to summarise in one request."""
+    The summary's busy time per track costs about (tracks) x (slices) steps of a few ns each:
+    ``--max-summary-work`` (3x10^8 by default) keeps one request to seconds of one core."""
     chosen = [t for t in index.info["tracks"] if t["kind"] == "slices" and (track_ids is None or t["id"] in track_ids)]
     lanes = np.asarray([lane for t in chosen for lane in t["lanes"]], dtype=np.int64)
     lanes, first, stop = timeline.lane_ranges(index, lanes, start_ns, end_ns)
     slices = int((stop - first).sum())
     busy_tracks = len(np.unique(index.arrays["lane_track"][lanes]))
-    if slices * busy_tracks > MAX_SUMMARY_WORK:
+    if slices * busy_tracks > max_work:
         raise HTTPException(
             status_code=400,
             detail=f"the area holds {slices:,} slices on {busy_tracks:,} tracks: too much to summarise at once; "
