@@ -16,7 +16,7 @@ from profscope import __version__, auth
 from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
-from profscope.guard import PROBE_PATHS, RequestGuard, route_path
+from profscope.guard import HEAVY_PATHS, PROBE_PATHS, RequestGuard, route_path
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
@@ -28,6 +28,7 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'self'; form-action 'self'"
 )
+GUARDED_PATHS = PROBE_PATHS | HEAVY_PATHS
 LOGGED_METHOD_CHARS = 16  # a client may send a method name of any length
 
 
@@ -135,7 +136,7 @@ def readiness(app: FastAPI) -> tuple[bool, int]:
 
 def route_template(request: Request, status: int) -> str:
     """The route's path template (``/api/overview``, ``/{page}``, ``/static``): a bounded metrics label."""
-    if route_path(request.scope) in PROBE_PATHS:
+    if route_path(request.scope) in GUARDED_PATHS:  # answered by the guard, maybe without reaching a route
         return route_path(request.scope)
     route = request.scope.get("route")
     if route is not None and getattr(route, "path", None):

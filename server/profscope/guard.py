@@ -188,15 +188,14 @@ async def _wait_for_turn(semaphore: asyncio.Semaphore, receive: Receive) -> tupl
     acquiring = asyncio.ensure_future(semaphore.acquire())
     listening: asyncio.Future[Message] | None = None
     deadline = asyncio.get_running_loop().time() + HEAVY_WAIT_S
-    body_done = False
     outcome = "busy"
     try:
         while True:
-            if listening is None and not body_done:
+            if listening is None:  # after the body, the next message is the client leaving
                 listening = asyncio.ensure_future(receive())
-            waiting = {acquiring} | ({listening} if listening is not None else set())
             timeout = deadline - asyncio.get_running_loop().time()
-            done, _ = await asyncio.wait(waiting, timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({acquiring, listening}, timeout=max(timeout, 0),
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             if acquiring in done:
                 outcome = "acquired"
                 if listening is not None and listening.done():  # the client spoke in the same instant
@@ -205,13 +204,12 @@ async def _wait_for_turn(semaphore: asyncio.Semaphore, receive: Receive) -> tupl
                 return outcome, buffered
             if not done:
                 return outcome, buffered
-            message = listening.result()  # type: ignore[union-attr]
+            message = listening.result()
             listening = None
             if message["type"] == "http.disconnect":
                 outcome = "disconnected"
                 return outcome, buffered
             buffered.append(message)
-            body_done = not message.get("more_body", False)
     finally:
         if listening is not None:
             listening.cancel()
