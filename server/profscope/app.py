@@ -16,7 +16,7 @@ from profscope import __version__, auth
 from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
-from profscope.guard import HEAVY_PATHS, PROBE_PATHS, RequestGuard, route_path
+from profscope.guard import HEAVY_PATHS, PROBE_PATHS, HeavyRequestQueue, RequestGuard, route_path
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
@@ -55,13 +55,13 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
-    # Middleware: the last added runs first.
-    # Order: observe (log + metrics) > headers > guard (probes, hosts, paths) > access control > gzip.
+    app.add_middleware(HeavyRequestQueue, metrics=metrics)
+    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > guard (probes,
+    # hosts, paths) > access control > the heavy routes' queue > gzip.
     if settings.access_control:
         app.state.access_control = auth.AccessControl(settings)
         app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
-    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app),
-                       metrics=metrics)  # fmt: skip
+    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app))
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]

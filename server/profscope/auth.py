@@ -15,9 +15,10 @@ Two ways, either or both (then either one lets a request in):
   loopback, for a sidecar), or a request carrying ``--proxy-secret`` in ``X-Profscope-Proxy-Secret``.
   A request without it (and without a valid token) is refused with 403.
 
-A client address with many failed attempts (wrong bearer token, forged cookie, wrong login) in a
-minute gets 429 until the minute has passed. ``/healthz`` and ``/readyz`` stay open for probes
-(answered in guard.py); ``/metrics`` too with ``--public-metrics``.
+A client address with many failed attempts (wrong bearer token, wrong login) in a minute gets 429
+until the minute has passed (the address a trusted proxy names; loopback clients are not limited).
+``/healthz`` and ``/readyz`` stay open for probes (answered in guard.py); ``/metrics`` too with
+``--public-metrics``.
 """
 
 from __future__ import annotations
@@ -171,9 +172,23 @@ class AccessControl:
                 return "token"
         return None
 
+    def counted_address(self, request: Request) -> str | None:
+        """Whose failed attempts a request's are: the client a trusted proxy names in X-Forwarded-For, else
+        the peer. None for loopback: local processes are the user's own (and a web page cannot send a
+        bearer token cross-site), and limiting them would lock out local scripts and tests."""
+        address = client_address(request)
+        forwarded = request.headers.get("x-forwarded-for", "").split(",")[-1].strip()
+        if forwarded and self.from_trusted_proxy(request):
+            address = forwarded
+        try:
+            return None if ipaddress.ip_address(address).is_loopback else address
+        except ValueError:
+            return address[:64]
+
     def attempted(self, request: Request) -> bool:
-        """The request offered credentials (a bearer token, a session cookie): a refusal is a failed attempt."""
-        return bool(self.token) and bool(request.headers.get("authorization") or request.cookies.get(SESSION_COOKIE))
+        """The request offers a bearer token: refused, it is a failed attempt. (Not a stale session cookie:
+        a browser's pages would lock it out after a token change, and an HMAC cannot be guessed.)"""
+        return bool(self.token) and bool(request.headers.get("authorization"))
 
     def refusal(self, request: Request) -> Response:
         if not self.token:
@@ -214,13 +229,14 @@ class AccessMiddleware(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         if route_path(request.scope) in self.control.open_paths:
             return await call_next(request)
-        control, address = self.control, client_address(request)
-        if control.attempted(request) and control.failures.blocked(address):
+        control, address = self.control, self.control.counted_address(request)
+        limited = address is not None and control.attempted(request)
+        if limited and control.failures.blocked(address):  # type: ignore[arg-type]
             return too_many_attempts()
         user = control.identify(request)
         if user is None:
-            if control.attempted(request):
-                control.failures.record(address)
+            if limited:
+                control.failures.record(address)  # type: ignore[arg-type]
             return control.refusal(request)
         request.state.user = user
         return await call_next(request)
@@ -266,7 +282,8 @@ async def login(request: Request) -> Response:
     control = _control(request)
     if control is None or not control.token or control.sessions is None:
         return RedirectResponse("/", status_code=303)
-    if control.failures.blocked(client_address(request)):
+    address = control.counted_address(request)
+    if address is not None and control.failures.blocked(address):
         return too_many_attempts()
     body = await _read_limited(request, MAX_LOGIN_FORM_BYTES)
     if body is None:
@@ -275,7 +292,8 @@ async def login(request: Request) -> Response:
     offered = (form.get("token") or [""])[0].strip()
     target = _local_target((form.get("next") or ["/"])[0])
     if not control.token_matches(offered):
-        control.failures.record(client_address(request))
+        if address is not None:
+            control.failures.record(address)
         return login_page(request, target, status_code=401, error="That token is not the one this server expects.")
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(

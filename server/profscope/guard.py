@@ -9,13 +9,16 @@ One ASGI middleware, cheap and async, so that it keeps answering when the thread
 - the ``Host`` header must be one of the allowed hosts (a DNS-rebinding page names its own host);
 - ``HEAD`` is answered wherever ``GET`` is (health checkers), without a body;
 - a redirect never carries the request's ``Host`` back (``Location`` becomes a local path);
-- the heavy routes run at most ``HEAVY_REQUESTS`` at a time; a request waiting for its turn is
-  dropped when its client leaves, and answered 503 when the wait gets too long.
+
+and a second one, inside the access check: the heavy routes run at most ``HEAVY_REQUESTS`` at a
+time; a request waiting for its turn is dropped when its client leaves, and answered 503 when the
+wait gets too long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -36,7 +39,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # Routes whose cost grows with the trace (and, for a summary, with its tracks): at most this many
 # run at once, so they cannot take every thread of the pool that the other views need.
 HEAVY_PATHS = frozenset({"/api/timeline", "/api/timeline/summary", "/api/timeline/search", "/api/timeline/export"})
-HEAVY_REQUESTS = 2
+HEAVY_REQUESTS = max(2, min(8, os.cpu_count() or 2))  # computing more at once than cores only adds waiting
 HEAVY_WAIT_S = 60.0  # a heavy request still waiting for its turn after this answers 503 (ask again)
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client went away
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
@@ -69,14 +72,10 @@ def host_allowed(host: str, allowed: list[str]) -> bool:
 
 
 class RequestGuard:
-    def __init__(
-        self, app: ASGIApp, allowed_hosts: list[str], readiness: Callable[[], tuple[bool, int]], metrics: Metrics
-    ) -> None:
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str], readiness: Callable[[], tuple[bool, int]]) -> None:
         self.app = app
-        self.metrics = metrics
         self.allowed_hosts = allowed_hosts or ["*"]
         self.readiness = readiness
-        self.heavy = asyncio.Semaphore(HEAVY_REQUESTS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -99,12 +98,28 @@ class RequestGuard:
         if scope["method"] == "HEAD":
             scope["method"] = "GET"  # in place: the router records the matched route in this scope
             send = _without_body(send)
-        if path not in HEAVY_PATHS:
+        await self.app(scope, receive, send)
+
+    async def _probe(self, scope: Scope, send: Send, path: str) -> None:
+        if path == "/healthz":
+            await _answer(send, 200, {"status": "ok"}, head=scope["method"] == "HEAD")
+            return
+        ready, scans = self.readiness()
+        await _answer(send, 200 if ready else 503, {"ready": ready, "scans": scans}, head=scope["method"] == "HEAD")
+
+
+class HeavyRequestQueue:
+    """The heavy routes' own queue, inside the access check (a client without credentials never waits in it)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.heavy = asyncio.Semaphore(HEAVY_REQUESTS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or route_path(scope) not in HEAVY_PATHS:
             await self.app(scope, receive, send)
             return
-        await self._heavy(scope, receive, send)
-
-    async def _heavy(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.heavy_waiting.inc()
         try:
             turn, buffered = await _wait_for_turn(self.heavy, receive)
@@ -123,13 +138,6 @@ class RequestGuard:
         finally:
             self.metrics.heavy_running.dec()
             self.heavy.release()
-
-    async def _probe(self, scope: Scope, send: Send, path: str) -> None:
-        if path == "/healthz":
-            await _answer(send, 200, {"status": "ok"}, head=scope["method"] == "HEAD")
-            return
-        ready, scans = self.readiness()
-        await _answer(send, 200 if ready else 503, {"ready": ready, "scans": scans}, head=scope["method"] == "HEAD")
 
 
 def _header(scope: Scope, name: bytes) -> str:

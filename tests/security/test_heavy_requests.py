@@ -1,7 +1,7 @@
 """Issue 21 item 5 over real HTTP, on a trace with 3,000 threads (tests/security/many_threads.py).
 
 An area summary over too many slices x tracks answers 400 with what to do instead; the heavy
-routes run two at a time, so while many of them are in flight the probes and the other views
+routes run a few at a time (two on two cores), so while many of them are in flight the probes and the other views
 still answer; a heavy request whose client leaves before its turn is dropped (499 in /metrics),
 never computed.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from profscope.guard import HEAVY_REQUESTS
 from serving import running_server, wait_for
 
 from .many_threads import write_many_threads_trace
@@ -63,11 +64,11 @@ def test_probes_and_views_answer_while_heavy_requests_run_and_leavers_are_droppe
     before = metrics_text(server)
     heavy = [_send_summary(server) for _ in range(IN_FLIGHT)]
     try:
-        wait_for(lambda: metric_value(metrics_text(server), "profscope_heavy_requests_waiting") >= IN_FLIGHT - 2)
+        wait_for(lambda: metric_value(metrics_text(server), "profscope_heavy_requests_waiting") >= IN_FLIGHT // 2)
         for path in ("/healthz", "/readyz", "/api/runs", "/api/run?run=many", "/"):
             assert httpx.get(f"{server}{path}", timeout=30).status_code == 200, path
         during = metrics_text(server)
-        assert metric_value(during, "profscope_heavy_requests_running") == 2  # never more than two at once
+        assert 1 <= metric_value(during, "profscope_heavy_requests_running") <= HEAVY_REQUESTS
         assert metric_value(during, "profscope_heavy_requests_waiting") >= 1  # the probes did not wait for them
     finally:
         for sock in heavy:

@@ -125,15 +125,23 @@ def test_the_cookie_is_secure_when_a_trusted_proxy_saw_https(token_server: str, 
 
 
 def test_failed_attempts_are_limited_per_address(traces: Path, tmp_path: Path) -> None:
+    # The test client is on loopback: it plays the proxy (trusted there by default) and names the clients.
+    guesser, other = {"X-Forwarded-For": "198.51.100.7"}, {"X-Forwarded-For": "203.0.113.9"}
     with _server(traces, tmp_path, "--auth-token", TOKEN) as base, httpx.Client() as client:
         for _ in range(FAILED_ATTEMPTS_PER_MINUTE):
-            assert client.get(f"{base}/api/runs", headers={"Authorization": "Bearer guess"}).status_code == 401
-        blocked = client.get(f"{base}/api/runs", headers=BEARER)  # even the right token: a guess is not tested
+            wrong = client.get(f"{base}/api/runs", headers={**guesser, "Authorization": "Bearer guess"})
+            assert wrong.status_code == 401
+        blocked = client.get(f"{base}/api/runs", headers={**guesser, **BEARER})  # a guess is no longer tested
         assert blocked.status_code == 429 and blocked.headers["retry-after"] == "60"
-        assert client.post(f"{base}/login", data={"token": TOKEN}).status_code == 429
-        assert httpx.get(f"{base}/api/runs", cookies={SESSION_COOKIE: "forged"}).status_code == 429
-        assert client.get(f"{base}/healthz").status_code == 200
-        assert client.get(f"{base}/api/runs").status_code == 401  # no credentials: the usual answer
+        assert client.post(f"{base}/login", data={"token": TOKEN}, headers=guesser).status_code == 429
+        assert client.get(f"{base}/api/runs", headers=guesser).status_code == 401  # no credentials: as usual
+        assert client.get(f"{base}/api/runs", headers={**other, **BEARER}).status_code == 200  # another client
+        assert client.get(f"{base}/api/runs", headers=BEARER).status_code == 200  # local processes: not limited
+        assert client.get(f"{base}/healthz", headers=guesser).status_code == 200
+    with _server(traces, tmp_path / "elsewhere", "--auth-token", TOKEN, "--trusted-proxy", ELSEWHERE) as base:
+        for _ in range(FAILED_ATTEMPTS_PER_MINUTE):  # a client's own X-Forwarded-For names nobody else
+            httpx.get(f"{base}/api/runs", headers={**guesser, "Authorization": "Bearer guess"})
+        assert httpx.get(f"{base}/api/runs", headers={**guesser, **BEARER}).status_code == 200
 
 
 def test_a_short_token_is_refused_at_start(tmp_path: Path) -> None:
