@@ -211,7 +211,7 @@ def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
         default=_comma_list(env("ALLOWED_HOSTS")),
         help="answer requests whose Host header is this (repeatable; '*' any, '*.example.com' a domain; env "
         "PROFSCOPE_ALLOWED_HOSTS, comma-separated). Default: with a loopback --host, 127.0.0.1, localhost and "
-        "[::1] with the port (a DNS-rebinding page cannot read local traces); otherwise any",
+        "[::1] on any port (a DNS-rebinding page cannot read local traces); otherwise any",
     )  # fmt: skip
     group.add_argument(
         "--trusted-proxy", dest="trusted_proxies", action="append", metavar="CIDR",
@@ -340,7 +340,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
-        allowed_hosts=args.allowed_hosts or default_allowed_hosts(args.host, args.port),
+        allowed_hosts=args.allowed_hosts or default_allowed_hosts(args.host),
         trusted_proxies=args.trusted_proxies,
         proxy_secret=args.proxy_secret,
         header_timeout_s=args.header_timeout,

@@ -51,11 +51,14 @@ def route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-def default_allowed_hosts(bind_host: str, port: int) -> list[str]:
-    """The hosts a browser names when the server listens on a loopback address; every host otherwise."""
+def default_allowed_hosts(bind_host: str) -> list[str]:
+    """The hosts a browser names when the server listens on a loopback address; every host otherwise.
+
+    Any port: an SSH tunnel (``ssh -L 9000:127.0.0.1:8080``) or a container's published port make the
+    browser name another one, and a DNS-rebinding page changes the name, not the port."""
     if bind_host not in ("127.0.0.1", "localhost", "::1"):
         return ["*"]
-    return [f"{host}:{port}" for host in LOCAL_HOSTS]
+    return list(LOCAL_HOSTS)
 
 
 def host_allowed(host: str, allowed: list[str]) -> bool:
