@@ -64,6 +64,7 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/memory/log", {"run": "memory_trace"}),
     ("GET", "/api/memory/log/layers", {"run": "memory_trace"}),
     ("GET", "/api/distributed", {"run": "ddp"}),
+    ("GET", "/api/diff", {"run": "cpu", "base_run": "gpu"}),
     ("GET", "/api/timeline/tracks", {"run": "gpu"}),
     ("GET", "/api/timeline", {"run": "gpu", "width_px": "800"}),
     ("GET", "/api/timeline/slice", {"run": "gpu", "id": "5"}),

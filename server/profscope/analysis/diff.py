@@ -1,4 +1,4 @@
-"""The Diff view: two traces' cached results joined (``docs/definitions.md`` §7).
+"""The Diff view: two traces' cached results joined (``docs/definitions.md`` §9).
 
 Pure functions, small results in and a small result out, as HTA's ``TraceDiff``: nothing here reads a
 trace. The inputs are each side's cached queries: ``overview`` (step time breakdown, GPU summary),

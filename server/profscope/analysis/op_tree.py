@@ -1,4 +1,4 @@
-"""The call tree folded by name path: what the Diff view compares level by level (``docs/definitions.md`` §7).
+"""The call tree folded by name path: what the Diff view compares level by level (``docs/definitions.md`` §9).
 
 Every host node of the call tree (op, user annotation, module) is folded with the nodes that have the same
 name under the same folded parent, so ``ProfilerStep#* > aten::conv2d > aten::convolution`` is one node
