@@ -24,6 +24,7 @@ RANK1 = "hta/trace_filter/sampled_rank-1.json.gz"
 TINY_SPAN1 = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 TINY_SPAN2 = "generated/tinygpt_cpu/worker0.1795315486718467596.pt.trace.json.gz"
 RUNS = {"r0": [RESNET0], "r4": [RESNET4], "hta": [RANK0, RANK1], "tiny": [TINY_SPAN1, TINY_SPAN2]}
+DDP = "generated/tinygpt_ddp4_gloo"  # 4 gloo ranks, two spans each
 OPERATOR_CATEGORIES = ("Operator", "cpu_op")
 KERNEL_CATEGORIES = ("Kernel", "kernel")
 
@@ -35,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
         (root / run).mkdir(parents=True)
         for relative in files:
             shutil.copy(corpus_file(relative), root / run / Path(relative).name)
+    shutil.copytree(corpus_file(DDP), root / "ddp")
     (root / "broken").mkdir()
     (root / "broken" / "worker0.1.pt.trace.json").write_text('{"traceEvents": [{"ph": "X", "name": ')
     cache = tmp_path_factory.mktemp("cache") / "c"
@@ -45,12 +47,16 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 def _settled(base: str) -> bool:
     runs = httpx.get(f"{base}/api/runs").json()["runs"]
-    return len(runs) == len(RUNS) + 1 and all(run["state"] in ("ready", "error") for run in runs)
+    return len(runs) == len(RUNS) + 2 and all(run["state"] in ("ready", "error") for run in runs)
+
+
+def _get(base: str, path: str, **query: str) -> tuple[int, dict]:
+    response = httpx.get(f"{base}{path}", params=query, timeout=60)
+    return response.status_code, response.json()
 
 
 def _diff(base: str, **query: str) -> tuple[int, dict]:
-    response = httpx.get(f"{base}/api/diff", params=query, timeout=60)
-    return response.status_code, response.json()
+    return _get(base, "/api/diff", **query)
 
 
 def _raw(relative: str) -> list[dict]:
@@ -187,3 +193,27 @@ def test_a_failed_side_is_422_with_its_reason_and_side(server) -> None:  # type:
     assert status == 422 and body["side"] == "target"
     status, body = _diff(server, run="r0", base_run="no-such-run")
     assert status == 404
+
+
+def test_two_multi_rank_runs_get_per_rank_deltas(server) -> None:  # type: ignore[no-untyped-def]
+    """Each side's numbers are its run's Distributed view (the span group of the chosen span), joined on rank."""
+    status, body = _diff(server, run="ddp", base_run="hta")
+    assert status == 200, body
+    Diff.model_validate(body)
+    _, target_view = _get(server, "/api/distributed", run="ddp", span=body["span"])
+    _, base_view = _get(server, "/api/distributed", run="hta", span=body["base"]["span"])
+    rows = body["distributed"]["ranks"]
+    expected = {r["rank"] for r in target_view["ranks"]} | {r["rank"] for r in base_view["ranks"]}
+    assert {row["rank"] for row in rows} == expected and body["distributed"]["note"] is None
+    for side, view in (("target", target_view), ("base", base_view)):
+        for rank in view["ranks"]:
+            row = next(r for r in rows if r["rank"] == rank["rank"])
+            assert row[f"{side}_worker"] == rank["worker"]
+            for key in ("computation_us", "communication_us", "synchronizing_us"):
+                assert row[f"{side}_{key}"] == pytest.approx(rank[key])
+    both = [row for row in rows if row["base_worker"] and row["target_worker"]]
+    assert both
+    for row in both:
+        assert row["delta_synchronizing_us"] == pytest.approx(
+            row["target_synchronizing_us"] - row["base_synchronizing_us"]
+        )
