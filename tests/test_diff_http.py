@@ -217,3 +217,32 @@ def test_two_multi_rank_runs_get_per_rank_deltas(server) -> None:  # type: ignor
         assert row["delta_synchronizing_us"] == pytest.approx(
             row["target_synchronizing_us"] - row["base_synchronizing_us"]
         )
+
+
+def test_a_side_still_parsing_is_202_with_its_progress(tmp_path: Path) -> None:
+    """A big generated target (400,000 ops) against a small real baseline: /api/diff answers the target's parse
+    progress, saying which side, until both sides are parsed; then the diff."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
+        for i in range(400_000)
+    ]
+    root = tmp_path / "roots"
+    (root / "big").mkdir(parents=True)
+    (root / "big" / "w.1.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    (root / "small").mkdir()
+    shutil.copy(corpus_file(TINY_SPAN1), root / "small" / Path(TINY_SPAN1).name)
+    with running_server([root], tmp_path / "cache", workers=1) as base:
+        seen = []
+
+        def done() -> bool:
+            status, body = _diff(base, run="big", base_run="small")
+            seen.append((status, body))
+            return status == 200
+
+        wait_for(done, timeout=180, interval=0.05)
+    parsing = [body for status, body in seen if status == 202]
+    assert parsing, "the first requests should have been answered 202 while the big trace was parsed"
+    assert all(body["state"] in ("parsing", "pending") and "progress" in body for body in parsing)
+    assert all(body["run"] == {"target": "big", "base": "small"}[body["side"]] for body in parsing)
+    final = seen[-1][1]
+    assert {row["name"] for row in final["operators"] if row["status"] == "added"} >= {"aten::op0", "aten::op49"}

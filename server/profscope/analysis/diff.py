@@ -14,18 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from profscope.analysis.overview import CATEGORIES
+
 SAME_TOLERANCE = 0.01  # a change within 1% of the larger side, with equal calls, is "same"
-STEP_KEYS = (
-    "total_us",
-    "kernel_us",
-    "memcpy_us",
-    "memset_us",
-    "communication_us",
-    "runtime_us",
-    "dataloader_us",
-    "cpu_exec_us",
-    "other_us",
-)
+STEP_KEYS = ("total_us", *(f"{category}_us" for category in (*CATEGORIES, "other")))  # the average step's keys
 GPU_KEYS = ("utilization_pct", "est_sm_efficiency_pct", "est_achieved_occupancy_pct", "tensor_cores_pct")
 OPERATOR_VALUES = ("calls", "host_self_us", "host_total_us", "device_self_us", "device_total_us")
 DEVICE_VALUES = ("device_self_us", "device_total_us")

@@ -64,13 +64,12 @@ def diff_view(
         return json_response({**head, **_empty(tree_path)})
     state = get_state(request)
     names = ("overview", f"operators.{group_by}", f"kernels.{kernel_group_by}", TREE)
-    sides = []
-    for label, trace in (("base", base), ("target", target)):
-        results, pending = _results(state, trace, names)
-        if pending is not None:
-            return _for_side(pending, label)
-        sides.append(results)
-    body = _compare(sides[0], sides[1], group_by, kernel_group_by, tree_path)
+    sides = {label: _results(state, trace, names) for label, trace in (("base", base), ("target", target))}
+    waiting = sorted((pending.status_code != 422, label, pending) for label, (_, pending) in sides.items() if pending)
+    if waiting:  # both sides asked first, so both parse; a failed side's 422 before a parsing side's 202
+        _, label, pending = waiting[0]
+        return _for_side(pending, label)
+    body = _compare(sides["base"][0], sides["target"][0], group_by, kernel_group_by, tree_path)
     return json_response({**head, **body, "distributed": _distributed(state, base, target)})
 
 
