@@ -246,3 +246,18 @@ def test_a_side_still_parsing_is_202_with_its_progress(tmp_path: Path) -> None:
     assert all(body["run"] == {"target": "big", "base": "small"}[body["side"]] for body in parsing)
     final = seen[-1][1]
     assert {row["name"] for row in final["operators"] if row["status"] == "added"} >= {"aten::op0", "aten::op49"}
+
+
+def test_finer_groupings_add_up_to_the_name_rows(server) -> None:  # type: ignore[no-untyped-def]
+    status, body = _diff(server, run="r4", base_run="r0", group_by="operator_input_shape", kernel_group_by="kernel_op")
+    assert status == 200, body
+    Diff.model_validate(body)
+    _, by_name = _diff(server, run="r4", base_run="r0")
+    conv = [row for row in body["operators"] if row["name"] == "aten::conv2d"]
+    assert len(conv) > 1 and all(row["input_shape"] for row in conv)  # resnet's convolutions have several shapes
+    assert sum(row["base_calls"] for row in conv) == 318
+    kernel = by_name["kernels"][0]
+    launches = [row for row in body["kernels"] if row["name"] == kernel["name"]]
+    assert all(row["operator"] for row in launches)
+    assert sum(row["base_calls"] for row in launches) == kernel["base_calls"]
+    assert sum(row["target_total_us"] for row in launches) == pytest.approx(kernel["target_total_us"])
