@@ -67,6 +67,7 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/distributed", {"run": "ddp"}),
     ("GET", "/api/distributed", {"run": "cpu"}),  # not distributed: {applies: false, reason}
     ("GET", "/api/runs/moved", {"run": "elsewhere/gpu"}),
+    ("GET", "/api/diff", {"run": "cpu", "base_run": "gpu"}),
     ("GET", "/api/timeline/tracks", {"run": "gpu"}),
     ("GET", "/api/timeline", {"run": "gpu", "width_px": "800"}),
     ("GET", "/api/timeline/slice", {"run": "gpu", "id": "5"}),

@@ -530,3 +530,120 @@ class SourceLines(Strict):
     line: int
     first_line: int
     lines: list[str]
+
+
+# ---- diff ---------------------------------------------------------------------------------------
+class DiffGpu(Strict):
+    device: int
+    utilization_pct: Number | None
+    est_sm_efficiency_pct: Number | None
+    est_achieved_occupancy_pct: Number | None
+    tensor_cores_pct: Number | None
+
+
+class DiffGpus(Strict):
+    base: list[DiffGpu]
+    target: list[DiffGpu]
+
+
+class DiffSteps(Strict):
+    base: StepTimes
+    target: StepTimes
+    delta: StepTimes
+    base_steps: int
+    target_steps: int
+    gpus: DiffGpus
+
+
+class DiffChange(Strict):
+    delta_us: Number | None  # of the table's measured time, target - base
+    ratio: Number | None  # target / base of it; None when the base is 0
+    status: str  # changed | added | removed | same
+
+
+class DiffOperatorRow(DiffChange):
+    name: str
+    input_shape: str | None
+    base_calls: Number
+    target_calls: Number
+    base_host_self_us: Number
+    target_host_self_us: Number
+    base_host_total_us: Number
+    target_host_total_us: Number
+    base_device_self_us: Number | None  # None: that side recorded no GPU activity
+    target_device_self_us: Number | None
+    base_device_total_us: Number | None
+    target_device_total_us: Number | None
+
+
+class DiffKernelRow(DiffChange):
+    name: str
+    operator: str | None
+    base_calls: Number
+    target_calls: Number
+    base_total_us: Number
+    target_total_us: Number
+
+
+class DiffTreeRow(DiffOperatorRow):
+    input_shape: None = None
+    kind: str  # op | kernel | memcpy | memset
+    has_children: bool = False
+
+
+class DiffTree(Strict):
+    path: list[str]
+    found: bool
+    node: DiffTreeRow | None
+    children: list[DiffTreeRow]
+
+
+class DiffDeviceColumns(Strict):
+    base: bool
+    target: bool
+    note: str | None
+
+
+class DiffRankRow(Strict):
+    rank: int | None
+    base_worker: str | None
+    target_worker: str | None
+    base_computation_us: Number | None
+    target_computation_us: Number | None
+    delta_computation_us: Number | None
+    base_overlapping_us: Number | None
+    target_overlapping_us: Number | None
+    delta_overlapping_us: Number | None
+    base_communication_us: Number | None
+    target_communication_us: Number | None
+    delta_communication_us: Number | None
+    base_other_us: Number | None
+    target_other_us: Number | None
+    delta_other_us: Number | None
+    base_synchronizing_us: Number | None
+    target_synchronizing_us: Number | None
+    delta_synchronizing_us: Number | None
+    base_data_transfer_us: Number | None
+    target_data_transfer_us: Number | None
+    delta_data_transfer_us: Number | None
+
+
+class DiffDistributed(Strict):
+    ranks: list[DiffRankRow]
+    note: str | None
+
+
+class Diff(TraceIdent):
+    base: TraceIdent
+    group_by: str
+    kernel_group_by: str
+    same_trace: bool
+    message: str | None
+    normalisation: str  # total | per_step
+    normalisation_note: str | None
+    device_columns: DiffDeviceColumns | None
+    steps: DiffSteps | None
+    operators: list[DiffOperatorRow]
+    kernels: list[DiffKernelRow]
+    tree: DiffTree
+    distributed: DiffDistributed | None
