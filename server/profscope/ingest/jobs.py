@@ -41,7 +41,7 @@ from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import TraceFile
 from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
-from profscope.ingest.kineto import parse_trace
+from profscope.ingest.paddle import parse_any_trace
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with request.source.open(request.key) as raw:
-            tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+            tables = parse_any_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
         error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
