@@ -13,6 +13,10 @@ A Paddle trace is a Chrome trace too, so the kineto reader cuts it into pieces a
 - ``args`` spell things their own way: ``correlation id``, ``input_shapes`` / ``input_dtypes`` (objects
   keyed by input name), ``callstack``, and ``[memory]`` instants (category ``Allocate`` / ``Free``)
   with ``place``, ``addr`` (a string), ``increase_bytes``, ``current_*`` and ``peak_*`` per place;
+- a ``[memory]`` event's ``ts`` is truncated too, but Paddle writes each one right after the host
+  event it happened in (same thread): memory events are held back to the end of the file and each
+  is placed within that event and outside its children, so it is attributed to the same event as
+  in Paddle's own Memory Summary;
 - threads are ``"12721(Python)"`` / ``"12721(C++)"``; ``ExtraInfo`` names the threads; the top-level
   ``span_index`` (``span_indx`` in older versions) numbers the profiling windows of a process.
 
@@ -22,9 +26,12 @@ go to ``meta["paddle"]``.
 
 from __future__ import annotations
 
+import bisect
 import io
+import math
 import re
 import zlib
+from collections import defaultdict
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -77,6 +84,7 @@ _PADDLE_SIGNS = (
     re.compile(rb'"tid"\s*:\s*"\d+\((?:Python|C\+\+)\)"'),
 )
 SNIFF_BYTES = 64 << 10
+_NOT_HOST = frozenset(("Kernel", "Memcpy", "Memset", "CudaRuntime"))  # device events and their launches
 CPU_DEVICE_TYPE, CUDA_DEVICE_TYPE = 0, 1
 
 
@@ -202,8 +210,11 @@ def parse_paddle_trace(
     converter = _PaddleConverter()
     builder = TableBuilder(PADDLE_CATEGORY_KINDS)
     try:
-        for piece, events in enumerate(reader.pieces(converter.decode)):
-            builder.add(events, piece)
+        pieces = 0
+        for events in reader.pieces(converter.decode):
+            builder.add(events, pieces)
+            pieces += 1
+        builder.add(converter.placed_memory_events(), pieces)  # after every host event: see the module doc
     except (msgspec.DecodeError, UnicodeDecodeError, TraceFormatError) as exc:
         raise TraceFormatError(f"a PaddlePaddle profiler trace that cannot be read: {exc}") from exc
     if builder.event_count == 0:
@@ -240,6 +251,9 @@ class _PaddleConverter:
         self.epoch_us: int | None = None  # the whole microsecond every time is given relative to
         self._start_time_base_us: float | None = None  # (where start_time 0 is) - epoch_us
         self.peaks: dict[str, dict[str, int]] = {}
+        self._last_host: dict[tuple[Number, str], tuple[float, float]] = {}  # thread -> (start, end) written last
+        self._hosts: dict[tuple[Number, str], list[tuple[float, float]]] = defaultdict(list)
+        self._memory: list[tuple[Event, tuple[float, float] | None]] = []  # (event, the host event it belongs to)
 
     def decode(self, piece: bytes) -> list[Event]:
         try:
@@ -263,11 +277,16 @@ class _PaddleConverter:
         args = event.args
         name = event.name if isinstance(event.name, str) else str(event.name)
         if event.ph == "i" and name == "[memory]" and args is not None:
-            return self._memory_event(event, args)
+            self._memory.append((self._memory_event(event, args), self._last_host.get(_thread(event))))
+            return None
         if event.ph == "M":
             meta_args = Args(name=args.name, sort_index=args.sort_index) if args is not None else None
             return Event(ph="M", name=name, pid=event.pid, tid=event.tid, args=meta_args)
         ts = self._precise_ts(event.ts, args.start_time if args is not None else None)  # flows: no start_time
+        if event.ph == "X" and event.cat not in _NOT_HOST and isinstance(ts, float) and _is_number(event.dur):
+            span = (ts, ts + float(event.dur))  # type: ignore[arg-type]
+            self._last_host[_thread(event)] = span
+            self._hosts[_thread(event)].append(span)
         return Event(
             ph=event.ph,
             name=self._strip(name) if event.ph == "X" else name,
@@ -330,6 +349,15 @@ class _PaddleConverter:
             args=memory_args,
         )
 
+    def placed_memory_events(self) -> list[Event]:
+        """The memory events, each moved into the host event written before it and out of that event's children."""
+        starts = {thread: sorted(spans) for thread, spans in self._hosts.items()}
+        for event, owner in self._memory:
+            if owner is not None and _is_number(event.ts):
+                spans = starts[_thread(event)]  # type: ignore[arg-type]
+                event.ts = _outside_children(min(max(float(event.ts), owner[0]), owner[1]), owner, spans)  # type: ignore[arg-type]
+        return [event for event, _ in self._memory]
+
     def paddle_meta(self, top_level: dict[str, Any]) -> dict[str, Any]:
         span = top_level.get("span_index", top_level.get("span_indx"))
         extra = top_level.get("ExtraInfo")
@@ -339,6 +367,34 @@ class _PaddleConverter:
             "extra_info": {str(k): str(v) for k, v in extra.items()} if isinstance(extra, dict) else {},
             "memory_peaks": self.peaks,
         }
+
+
+def _outside_children(when: float, owner: tuple[float, float], spans: list[tuple[float, float]]) -> float:
+    """``when`` moved past (or else before) the children of ``owner`` that cover it, staying inside ``owner``."""
+    nudge = 0.001  # one nanosecond, in microseconds
+    for _ in range(len(spans)):
+        low = bisect.bisect_left(spans, (owner[0], -math.inf))
+        high = bisect.bisect_right(spans, (when, math.inf))
+        covering = [s for s in spans[low:high] if s != owner and s[1] <= owner[1] and s[0] <= when <= s[1]]
+        if not covering:
+            return when
+        first, last = min(s[0] for s in covering), max(s[1] for s in covering)
+        if last + nudge <= owner[1]:
+            when = last + nudge
+        elif first - nudge >= owner[0]:
+            when = first - nudge
+        else:
+            return when
+    return when
+
+
+def _thread(event: PaddleEvent | Event) -> tuple[Number, str]:
+    """One thread's key: Paddle splits a thread into "12721(Python)" and "12721(C++)" tracks."""
+    return event.pid, str(event.tid).split("(", 1)[0]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 def _kineto_args(args: PaddleArgs) -> Args:
