@@ -13,7 +13,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
-from profscope.api import distributed, memory, runs, source, timeline, views
+from profscope.api import distributed, memory, paddle, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
 from profscope.logs import ACCESS_LOGGER
@@ -121,6 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(timeline.router)
     app.include_router(memory.router)
     app.include_router(distributed.router)
+    app.include_router(paddle.router)
     app.include_router(auth.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 

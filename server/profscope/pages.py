@@ -19,6 +19,7 @@ PAGES = {
     "memory": "Memory",
     "distributed": "Distributed",
     "trace": "Trace",
+    "paddle": "Paddle Summary",
 }
 
 

@@ -252,5 +252,7 @@ class Profscope:
         first = self.cache.summary(traces[0].cache_key) or {}
         if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
             views.append("distributed")
+        if first.get("format") == "paddle":
+            views.append("paddle")
         views.append("trace")
         return views

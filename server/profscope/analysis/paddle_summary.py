@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from profscope.analysis.context import TraceContext
+from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, Kind, TraceTables
 
 MODEL_PHASES = ("Dataloader", "Forward", "Backward", "Optimization")
@@ -429,3 +431,14 @@ def user_defined_summary(nodes: list[_Node], total_ns: int) -> list[dict[str, An
     step_gpu = 0
     rows = sorted(items.items(), key=lambda item: sum(item[1].cpu), reverse=True)
     return [stats.row(name, total_ns, step_gpu) for name, stats in rows]
+
+
+NOT_PADDLE = "Paddle's summary tables are made from PaddlePaddle profiler traces; this trace is not one."
+
+
+@payload("paddle_summary")
+def paddle_summary_payload(context: TraceContext) -> dict[str, Any]:
+    """The summary of a Paddle trace; for any other trace, why there is none."""
+    if context.tables.meta.get("format") != "paddle":
+        return {"applies": False, "reason": NOT_PADDLE}
+    return {"applies": True, **paddle_summary(context.tables)}

@@ -184,6 +184,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "warnings": tables.meta.get("warnings", []),
         "pieces": tables.meta.get("pieces"),
         "decoder": tables.meta.get("decoder"),
+        "format": tables.meta.get("format", "kineto"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,
