@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from profscope.analysis.call_tree import build_call_tree
+from profscope.analysis.paddle_summary import paddle_summary
 from profscope.catalog import classify
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.paddle import parse_any_trace, strip_duration
@@ -147,6 +148,10 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     root = tmp_path_factory.mktemp("paddle") / "runs"
     shutil.copytree(PADDLE_DATA, root)
     (root / "broken").mkdir()
+    (root / "kineto").mkdir()
+    (root / "kineto" / "w.1.pt.trace.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 9},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 5}]}))  # fmt: skip
     cut = gzip.decompress(trace_path("mlp").read_bytes())
     (root / "broken" / "host_xpid_1_time_2026_01_01_00_00_00_000001.paddle_trace.json").write_bytes(cut[:4000])
     cache = tmp_path_factory.mktemp("cache") / "c"
@@ -222,3 +227,15 @@ def test_a_broken_paddle_file_fails_alone_with_a_clear_message(server) -> None: 
     assert "PaddlePaddle profiler trace that cannot be read" in error["message"]
     assert httpx.get(f"{server}/api/overview", params={"run": "broken"}).status_code == 422
     assert runs["mlp"]["state"] == "ready"
+
+
+def test_the_paddle_summary_route_serves_the_analysis_for_paddle_runs_only(server) -> None:  # type: ignore[no-untyped-def]
+    runs = {r["run"]: r for r in get(server, "/api/runs")["runs"]}
+    assert "paddle" in runs["mlp"]["views"] and "paddle" not in runs["kineto"]["views"]
+    body = get(server, "/api/paddle/summary", run="mlp", unit="us")
+    assert body["unit"] == "us" and body["unit_ns"] == 1000.0
+    expected = json.loads(json.dumps(paddle_summary(parsed("mlp"))))
+    assert {key: body[key] for key in expected} == expected
+    refused = httpx.get(f"{server}/api/paddle/summary", params={"run": "kineto"})
+    assert refused.status_code == 404 and "not one" in refused.json()["detail"]
+    assert httpx.get(f"{server}/paddle", params={"run": "mlp"}).status_code == 200
