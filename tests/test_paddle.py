@@ -239,3 +239,117 @@ def test_the_paddle_summary_route_serves_the_analysis_for_paddle_runs_only(serve
     refused = httpx.get(f"{server}/api/paddle/summary", params={"run": "kineto"})
     assert refused.status_code == 404 and "not one" in refused.json()["detail"]
     assert httpx.get(f"{server}/paddle", params={"run": "mlp"}).status_code == 200
+
+
+# ---- the hand-written GPU-shaped trace (tests/data/paddle/gpu, times chosen by hand) ----------------
+GPU_RUN = "gpu"
+
+
+def gpu_trace(rank: int) -> TraceTables:
+    (path,) = sorted((PADDLE_DATA / GPU_RUN).glob(f"host_gpunode{rank}pid_*.paddle_trace.json"))
+    with open(path, "rb") as raw:
+        return parse_any_trace(raw)
+
+
+def test_gpu_events_keep_launch_links_kernel_args_shapes_and_stacks() -> None:
+    tables = gpu_trace(0)
+    events, kernels = tables.events, tables.table("kernels")
+    kinds = np.asarray(events["kind"])
+    assert (kinds == Kind.KERNEL).sum() == 8 and (kinds == Kind.MEMCPY).sum() == 2 and (kinds == Kind.MEMSET).sum() == 2
+    assert (kinds == Kind.RUNTIME).sum() == 12
+    device_rows = np.asarray(kernels["event"])
+    runtime_correlations = set(np.asarray(events["correlation"])[kinds == Kind.RUNTIME].tolist())
+    assert set(np.asarray(events["correlation"])[device_rows].tolist()) == runtime_correlations == set(range(1, 13))
+    first = {tables.strings[int(events["name"][row])]: i for i, row in enumerate(device_rows.tolist())}
+    sgemm = first["volta_sgemm_128x64_nn"]
+    assert [int(kernels[c][sgemm]) for c in ("device", "stream", "grid_x", "grid_y", "block_x")] == [0, 7, 2, 4, 256]
+    assert float(kernels["est_occupancy_pct"][sgemm]) == 25.0 and int(kernels["registers_per_thread"][sgemm]) == 128
+    assert int(kernels["bytes"][first["Memcpy HtoD (Pageable -> Device)"]]) == 4096
+    ops = tables.table("ops")
+    (matmul,) = [
+        i for i, row in enumerate(ops["event"]) if tables.strings[int(events["name"][row])] == "matmul dygraph"
+    ][:1]
+    assert tables.strings[int(ops["input_dims"][matmul])] == '{"X":[[64,128]],"Y":[[128,256]]}'
+    assert tables.strings[int(ops["input_types"][matmul])] == '{"X":["float32"],"Y":["float32"]}'
+    assert tables.strings[int(ops["call_stack"][matmul])] == "train.py(42): forward"
+    memory = tables.table("memory")
+    assert set(np.asarray(memory["device_type"]).tolist()) == {1} and set(np.asarray(memory["device_id"]).tolist()) == {
+        0
+    }
+    assert tables.meta["deviceProperties"][0]["numSms"] == 80
+    assert {t.thread_name for t in tables.tracks if t.pid == "0"} == {"stream 7"}
+
+
+def test_gpu_kernel_view_by_hand(server) -> None:  # type: ignore[no-untyped-def]
+    rows = {r["name"]: r for r in get(server, "/api/kernels", run=GPU_RUN)["rows"]}
+    expected = {  # (calls, total, max, min) µs, from the times written in write_gpu_traces.py
+        "ncclKernel_AllReduce_RING_LL_Sum_float": (2, 340.0, 170.0, 170.0),
+        "volta_sgemm_128x64_nn": (2, 80.0, 50.0, 30.0),
+        "volta_sgemm_128x64_nt": (2, 60.0, 30.0, 30.0),
+        "adam_kernel": (2, 40.0, 20.0, 20.0),
+    }
+    assert {n: (r["calls"], r["total_us"], r["max_us"], r["min_us"]) for n, r in rows.items()} == expected
+    by_op = get(server, "/api/kernels", run=GPU_RUN, group_by="kernel_op")["rows"]
+    launched_by = {r["name"]: r["operator"] for r in by_op}
+    assert launched_by["volta_sgemm_128x64_nn"] == "matmul kernel launch"
+    assert launched_by["ncclKernel_AllReduce_RING_LL_Sum_float"] == "ProcessGroupNCCL::AllReduce"
+    assert launched_by["adam_kernel"] == "adam_ dygraph"
+
+
+def test_gpu_overview_steps_by_hand(server) -> None:  # type: ignore[no-untyped-def]
+    steps = get(server, "/api/overview", run=GPU_RUN)["steps"]
+    # step 1: kernels 50 + 30 + 20; the all-reduce's 170 less the 20 the Adam kernel overlaps; launches
+    # 6 x 10 less the one inside the forward kernel and the one inside the all-reduce
+    got = [{k: s[k] for k in ("total_us", "kernel_us", "memcpy_us", "memset_us", "communication_us", "runtime_us")}
+           for s in steps]  # fmt: skip
+    assert got == [
+        {"total_us": 1000.0, "kernel_us": 100.0, "memcpy_us": 10.0, "memset_us": 4.0, "communication_us": 150.0,
+         "runtime_us": 40.0},
+        {"total_us": 1000.0, "kernel_us": 80.0, "memcpy_us": 10.0, "memset_us": 4.0, "communication_us": 150.0,
+         "runtime_us": 50.0},
+    ]  # fmt: skip
+    for step in steps:
+        parts = sum(v for k, v in step.items() if k.endswith("_us") and k not in ("total_us", "start_us"))
+        assert parts == pytest.approx(step["total_us"])
+
+
+def test_gpu_distributed_view_by_hand(server) -> None:  # type: ignore[no-untyped-def]
+    body = get(server, "/api/distributed", run=GPU_RUN)
+    assert body["workers"] == 2
+    ranks = {r["rank"]: r for r in body["ranks"]}
+    # per step: all-reduce 170 µs on rank 0 and 140 µs on rank 1 (it starts 30 µs later), 20 µs of it
+    # overlapped by the Adam kernel; computation = kernels other than NCCL less that overlap
+    assert [(s["communication_us"], s["overlapping_us"], s["computation_us"]) for s in ranks[0]["steps"]] == [
+        (150.0, 20.0, 80.0), (150.0, 20.0, 60.0)]  # fmt: skip
+    assert [(s["communication_us"], s["overlapping_us"], s["computation_us"]) for s in ranks[1]["steps"]] == [
+        (120.0, 20.0, 80.0), (120.0, 20.0, 60.0)]  # fmt: skip
+    (collective,) = [c for c in body["collectives"] if c["ordinal"] == 0]
+    assert collective["last_rank"] == 1 and collective["skew_us"] == 30.0
+    straggler = {s["rank"]: s for s in body["stragglers"]}
+    assert straggler[1]["lost_us"] == 60.0 and straggler[0]["lost_us"] == 0.0
+
+
+def test_gpu_paddle_summary_by_hand() -> None:
+    summary = paddle_summary(gpu_trace(0))
+    assert summary["total_ns"] == 2_000_000
+    # communication: host event [710, 760] and the all-reduce [730, 900] merged = 190 µs a step;
+    # computation: the other kernels, 100 + 80; overlap: the Adam kernel inside the all-reduce, 20 a step
+    assert {k: v["time_ns"] for k, v in summary["distribution"].items()} == {
+        "ProfileStep": 2_000_000, "Communication": 380_000, "Computation": 180_000, "Overlap": 40_000}  # fmt: skip
+    gpu = {r["type"]: (r["calls"], r["time_ns"]) for r in summary["overview"]["gpu"]}
+    assert gpu == {"Kernel": (8, 480_000), "Memcpy": (2, 20_000), "Memset": (2, 8_000), "Communication": (2, 340_000)}
+    model = {r["name"]: r for r in summary["model"]}
+    # kernels launched inside each phase: Forward 50 + 30; Optimization the Adam kernel, 2 x 20 (the
+    # all-reduce is launched from the Communication event between Backward and Optimization)
+    assert model["Forward"]["gpu"]["total_ns"] == 80_000 and model["Optimization"]["gpu"]["total_ns"] == 40_000
+    assert model["Others"]["gpu"]["total_ns"] == 520_000 - 80_000 - 60_000 - 40_000
+    operators = {r["name"]: r for r in summary["operators"]}
+    assert operators["copy_to dygraph"]["gpu"]["total_ns"] == 20_000  # memcpy counts in the operator's GPU time
+    (launch,) = operators["matmul dygraph"]["inner"]
+    assert launch["name"] == "matmul kernel launch" and launch["kernels"][0]["gpu"]["total_ns"] == 80_000
+    kernels = {r["name"]: (r["calls"], r["gpu"]["total_ns"]) for r in summary["kernels"]}
+    assert kernels["volta_sgemm_128x64_nn"] == (2, 80_000) and sum(k[1] for k in kernels.values()) == 520_000
+    (place,) = summary["memory"]
+    assert place["place"] == "Place(gpu:0)" and place["peak_allocated_bytes"] == 4096
+    rows = {r["name"]: (r["allocation_count"], r["free_count"], r["increased_bytes"]) for r in place["rows"]}
+    assert rows == {"matmul dygraph": (2, 0, 8192), "adam_ dygraph": (0, 2, -8192)}

@@ -17,6 +17,7 @@ A Paddle trace is a Chrome trace too, so the kineto reader cuts it into pieces a
   event it happened in (same thread): memory events are held back to the end of the file and each
   is placed within that event and outside its children, so it is attributed to the same event as
   in Paddle's own Memory Summary;
+- ``deviceProperties`` name the SM count ``smCount`` (kineto: ``numSms``);
 - threads are ``"12721(Python)"`` / ``"12721(C++)"``; ``ExtraInfo`` names the threads; the top-level
   ``span_index`` (``span_indx`` in older versions) numbers the profiling windows of a process.
 
@@ -224,6 +225,9 @@ def parse_paddle_trace(
     tables = builder.finish(reader.top_level)
     tables.meta["origin_us"] += converter.epoch_us or 0
     _name_threads(tables, reader.top_level.get("ExtraInfo"))
+    for device in tables.meta.get("deviceProperties", []):  # Paddle says smCount where kineto says numSms
+        if isinstance(device.get("smCount"), int) and "numSms" not in device:
+            device["numSms"] = device["smCount"]
     tables.meta["paddle"] = converter.paddle_meta(reader.top_level)
     tables.meta["format"] = "paddle"
     tables.meta["decoder"] = "python"
