@@ -89,45 +89,28 @@ _NOT_HOST = frozenset(("Kernel", "Memcpy", "Memset", "CudaRuntime"))  # device e
 CPU_DEVICE_TYPE, CUDA_DEVICE_TYPE = 0, 1
 
 
-class PaddleArgs(msgspec.Struct, gc=False):
-    """The ``args`` keys of Paddle's events that the tables keep."""
+class PaddleArgs(Args, gc=False):
+    """Paddle's ``args``: kineto's fields read under Paddle's names, and what only Paddle writes."""
 
-    start_time: Number = None
     correlation: Number = msgspec.field(name="correlation id", default=None)
-    device: Number = None
-    stream: Number = None
-    grid: msgspec.Raw = ABSENT
-    block: msgspec.Raw = ABSENT
-    registers_per_thread: Number = msgspec.field(name="registers per thread", default=None)
-    shared_memory: Number = msgspec.field(name="shared memory", default=None)
-    blocks_per_sm: Number = msgspec.field(name="blocks per SM", default=None)
     occupancy: Number = msgspec.field(name="theoretical achieved occupancy %", default=None)
-    memcpy_bytes: Number = msgspec.field(name="bytes", default=None)
-    input_shapes: msgspec.Raw = ABSENT
-    input_dtypes: msgspec.Raw = ABSENT
-    callstack: Number = None
+    input_dims: msgspec.Raw = msgspec.field(name="input_shapes", default=ABSENT)
+    input_type: msgspec.Raw = msgspec.field(name="input_dtypes", default=ABSENT)
+    call_stack: str | None = msgspec.field(name="callstack", default=None)
+    addr: Number = msgspec.field(name="addr", default=None)  # a decimal string
+    mem_bytes: Number = msgspec.field(name="increase_bytes", default=None)
+    total_allocated: Number = msgspec.field(name="current_allocated", default=None)
+    total_reserved: Number = msgspec.field(name="current_reserved", default=None)
+    start_time: Number = None
     place: Number = None
-    addr: Number = None
-    increase_bytes: Number = None
-    current_allocated: Number = None
-    current_reserved: Number = None
     peak_allocated: Number = None
     peak_reserved: Number = None
-    name: Number = None  # metadata events
-    sort_index: Number = None
 
 
-class PaddleEvent(msgspec.Struct, gc=False):
-    ph: Number = ""
-    name: Number = ""
-    cat: Number = ""
-    pid: Number = 0
-    tid: Number = 0
-    ts: Number = None
-    dur: Number = None
-    id: Number = None
-    bp: Number = None
-    args: PaddleArgs | None = None
+class PaddleEvent(Event, gc=False):
+    """A kineto ``Event`` whose ``args`` are Paddle's."""
+
+    args: PaddleArgs | None = None  # type: ignore[assignment]
 
 
 _PIECE_DECODER = msgspec.json.Decoder(list[PaddleEvent])
@@ -276,33 +259,27 @@ class _PaddleConverter:
         return events
 
     def _convert(self, event: PaddleEvent) -> Event | None:
+        """The event made kineto-shaped in place (Paddle's events are kineto ``Event``s with other args)."""
         if not event.ph and not event.name:
             return None  # the "{}" Paddle writes to close the event list
         args = event.args
-        name = event.name if isinstance(event.name, str) else str(event.name)
-        if event.ph == "i" and name == "[memory]" and args is not None:
-            self._memory.append((self._memory_event(event, args), self._last_host.get(_thread(event))))
+        if args is not None:
+            args.input_dims, args.input_type = _present(args.input_dims), _present(args.input_type)
+            args.call_stack = args.call_stack or None
+        if event.ph == "i" and event.name == "[memory]" and args is not None:
+            self._keep_memory_event(event, args)
             return None
         if event.ph == "M":
-            meta_args = Args(name=args.name, sort_index=args.sort_index) if args is not None else None
-            return Event(ph="M", name=name, pid=event.pid, tid=event.tid, args=meta_args)
-        ts = self._precise_ts(event.ts, args.start_time if args is not None else None)  # flows: no start_time
-        if event.ph == "X" and event.cat not in _NOT_HOST and isinstance(ts, float) and _is_number(event.dur):
-            span = (ts, ts + float(event.dur))  # type: ignore[arg-type]
+            return event
+        event.ts = self._precise_ts(event.ts, args.start_time if args is not None else None)  # flows: no start_time
+        if event.ph != "X":
+            return event
+        event.name = self._strip(event.name if isinstance(event.name, str) else str(event.name))
+        if event.cat not in _NOT_HOST and isinstance(event.ts, float) and _is_number(event.dur):
+            span = (event.ts, event.ts + float(event.dur))  # type: ignore[arg-type]
             self._last_host[_thread(event)] = span
             self._hosts[_thread(event)].append(span)
-        return Event(
-            ph=event.ph,
-            name=self._strip(name) if event.ph == "X" else name,
-            cat=event.cat,
-            pid=event.pid,
-            tid=event.tid,
-            ts=ts,
-            dur=event.dur,
-            id=event.id,
-            bp=event.bp,
-            args=_kineto_args(args) if args is not None else None,
-        )
+        return event
 
     def _strip(self, name: str) -> str:
         stripped = self._names.get(name)
@@ -329,29 +306,15 @@ class _PaddleConverter:
             self._start_time_base_us = relative_ts - since_start
         return self._start_time_base_us + since_start
 
-    def _memory_event(self, event: PaddleEvent, args: PaddleArgs) -> Event:
+    def _keep_memory_event(self, event: PaddleEvent, args: PaddleArgs) -> None:
+        """Hold a memory event back (see ``placed_memory_events``), its place as a kineto device, its peaks noted."""
         place = args.place if isinstance(args.place, str) else ""
-        device_type, device_id = place_device(place)
+        args.device_type, args.device_id = place_device(place)
         peaks = self.peaks.setdefault(place, {"peak_allocated_bytes": 0, "peak_reserved_bytes": 0})
         for key, value in (("peak_allocated_bytes", args.peak_allocated), ("peak_reserved_bytes", args.peak_reserved)):
             peaks[key] = max(peaks[key], _as_int(value, 0))
-        memory_args = Args(
-            addr=_as_int(args.addr),
-            mem_bytes=args.increase_bytes,
-            total_allocated=args.current_allocated,
-            total_reserved=args.current_reserved,
-            device_type=device_type,
-            device_id=device_id,
-        )
-        return Event(
-            ph="i",
-            name="[memory]",
-            cat=event.cat,
-            pid=event.pid,
-            tid=event.tid,
-            ts=self._relative_ts(event.ts),
-            args=memory_args,
-        )
+        event.ts = self._relative_ts(event.ts)
+        self._memory.append((event, self._last_host.get(_thread(event))))
 
     def placed_memory_events(self) -> list[Event]:
         """The memory events, each moved into the host event written before it and out of that event's children."""
@@ -399,24 +362,6 @@ def _thread(event: PaddleEvent | Event) -> tuple[Number, str]:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
-
-
-def _kineto_args(args: PaddleArgs) -> Args:
-    return Args(
-        correlation=args.correlation,
-        device=args.device,
-        stream=args.stream,
-        grid=args.grid,
-        block=args.block,
-        registers_per_thread=args.registers_per_thread,
-        shared_memory=args.shared_memory,
-        blocks_per_sm=args.blocks_per_sm,
-        occupancy=args.occupancy,
-        memcpy_bytes=args.memcpy_bytes,
-        input_dims=_present(args.input_shapes),
-        input_type=_present(args.input_dtypes),
-        call_stack=args.callstack if isinstance(args.callstack, str) and args.callstack else None,
-    )
 
 
 def _present(raw: msgspec.Raw) -> msgspec.Raw:
