@@ -135,6 +135,11 @@ def test_an_unreadable_paddle_trace_says_it_is_paddle_and_why(tmp_path: Path) ->
         parse_any_trace(raw)
 
 
+def test_paddle_protobuf_profiles_are_listed_with_the_reason_they_are_not_read() -> None:
+    found = classify("runs/x/host_apid_1_time_2026_01_01_00_00_00_000001.paddle_trace.pb")
+    assert found is not None and "export_chrome_tracing" in str(found[3])
+
+
 def test_paddle_file_names_give_worker_and_span() -> None:
     name = trace_path("mlp").name
     folder, worker, span, refusal = classify(f"runs/mlp/{name}")  # type: ignore[misc]
@@ -353,3 +358,12 @@ def test_gpu_paddle_summary_by_hand() -> None:
     assert place["place"] == "Place(gpu:0)" and place["peak_allocated_bytes"] == 4096
     rows = {r["name"]: (r["allocation_count"], r["free_count"], r["increased_bytes"]) for r in place["rows"]}
     assert rows == {"matmul dygraph": (2, 0, 8192), "adam_ dygraph": (0, 2, -8192)}
+
+
+def test_gpu_operator_view_has_paddles_input_shapes_and_call_stacks(server) -> None:  # type: ignore[no-untyped-def]
+    rows = get(server, "/api/operators", run=GPU_RUN, group_by="operator_input_shape")["rows"]
+    (matmul,) = [r for r in rows if r["name"] == "matmul dygraph"]
+    assert matmul["input_shape"] == '{"X":[[64,128]],"Y":[[128,256]]}' and matmul["calls"] == 2
+    assert matmul["device_total_us"] == pytest.approx(80.0)  # the forward kernel, 50 + 30, launched inside it
+    stacks = get(server, "/api/operators/stacks", run=GPU_RUN, name="matmul dygraph")["stacks"]
+    assert [frame["text"] for frame in stacks[0]["frames"]][:1] == ["train.py(42): forward"]

@@ -45,6 +45,8 @@ _NOT_TRACES = {
     ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
     ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
     ".qdrep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
+    ".paddle_trace.pb": "a PaddlePaddle protobuf profile (export_protobuf); profscope reads the JSON of "
+    "paddle.profiler.export_chrome_tracing",
 }
 _TRACE_LIKE = re.compile(r"\.(json|json\.gz|raw\.gz)$")
 DEFAULT_SPAN = "default"
