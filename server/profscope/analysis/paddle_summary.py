@@ -35,7 +35,7 @@ COMMUNICATION_OP_WORDS = ("allreduce", "broadcast", "rpc")
 _DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Device:
     name: str
     type: str
@@ -43,14 +43,14 @@ class _Device:
     end: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Runtime:
     start: int
     end: int
     devices: list[_Device] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Node:
     name: str
     type: str
@@ -60,16 +60,16 @@ class _Node:
     children: list[_Node] = field(default_factory=list)
     runtimes: list[_Runtime] = field(default_factory=list)
     memory: list[tuple[str, int]] = field(default_factory=list)  # (place, increase bytes)
+    devices: list[_Device] = field(default_factory=list)  # launched by its own runtime calls
+    kernel_ns: int = 0  # of the device events launched inside (this and the following: ``_sum_device_time``)
+    device_ns: int = 0  # kernels, memcpy and memset
 
     @property
     def cpu_ns(self) -> int:
         return self.end - self.start
 
-    def own_devices(self) -> list[_Device]:
-        return [device for runtime in self.runtimes for device in runtime.devices]
-
     def all_devices(self) -> list[_Device]:
-        return [device for node in self.walk() for device in node.own_devices()]
+        return [device for node in self.walk() for device in node.devices]
 
     def walk(self) -> list[_Node]:
         found, stack = [], [self]
@@ -81,7 +81,7 @@ class _Node:
 
     def gpu_ns(self, general: bool) -> int:
         """Kernel time launched inside (``general``: memcpy and memset too), streams summed."""
-        return sum(d.end - d.start for d in self.all_devices() if general or d.type == "Kernel")
+        return self.device_ns if general else self.kernel_ns
 
 
 class _Stats:
@@ -163,7 +163,20 @@ def build_trees(tables: TraceTables) -> list[_Node]:
     places = [_place(int(t), int(i)) for t, i in zip(memory["device_type"], memory["device_id"], strict=True)]
     for row, (when, size) in enumerate(zip(memory_ts, np.asarray(memory["bytes"]).tolist(), strict=True)):
         by_thread[threads[int(memory["track"][row])]].append((when, 0, 2, (places[row], size)))
-    return [_nest(thread, items) for thread, items in sorted(by_thread.items())]
+    roots = [_nest(thread, items) for thread, items in sorted(by_thread.items())]
+    for root in roots:
+        _sum_device_time(root)
+    return roots
+
+
+def _sum_device_time(root: _Node) -> None:
+    """Each node's kernel and device time launched inside it, children first (one pass over the tree)."""
+    for node in reversed(root.walk()):  # a node comes after its parent in walk(): reversed, before it
+        own = node.devices = [device for runtime in node.runtimes for device in runtime.devices]
+        node.kernel_ns = sum(d.end - d.start for d in own if d.type == "Kernel") + sum(
+            c.kernel_ns for c in node.children
+        )
+        node.device_ns = sum(d.end - d.start for d in own) + sum(c.device_ns for c in node.children)
 
 
 def _nest(thread: str, items: list[tuple[int, int, int, Any]]) -> _Node:
@@ -218,11 +231,12 @@ def paddle_summary(tables: TraceTables) -> dict[str, Any]:
     nodes = [node for root in roots for node in root.walk() if node is not root]
     total_ns = _length_ns([(n.start, n.end) for n in nodes if n.type == "ProfileStep"])
     model = _model_items(roots)
+    communication = _communication_ranges(nodes)
     return {
         "total_ns": total_ns,
-        "overview": overview_summary(roots, nodes, model, total_ns),
+        "overview": overview_summary(roots, communication, model, total_ns),
         "model": model_summary(model, total_ns),
-        "distribution": distribution_summary(nodes, total_ns),
+        "distribution": distribution_summary(communication, total_ns),
         "operators": operator_summary(nodes),
         "kernels": kernel_summary(nodes),
         "memory": memory_summary(nodes, tables.meta.get("paddle", {}).get("memory_peaks", {})),
@@ -245,7 +259,7 @@ def _model_items(roots: list[_Node]) -> dict[str, _Stats]:
 
 
 def overview_summary(
-    roots: list[_Node], nodes: list[_Node], model: dict[str, _Stats], total_ns: int
+    roots: list[_Node], communication: _CommunicationRanges, model: dict[str, _Stats], total_ns: int
 ) -> dict[str, list[dict[str, Any]]]:
     cpu_ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
     calls: dict[str, int] = defaultdict(int)
@@ -260,7 +274,6 @@ def overview_summary(
             cpu_ranges[event_type].extend(_merged_ns(ranges))
             calls[event_type] += len(ranges)
     cpu = {event_type: _length_ns(ranges) for event_type, ranges in cpu_ranges.items()}
-    communication = _communication_ranges(nodes)
     cpu.pop("Communication", None)
     if communication[0]:
         cpu["Communication"], calls["Communication"] = _length_ns(communication[0]), len(set(communication[0]))
@@ -268,7 +281,7 @@ def overview_summary(
         if phase in calls and phase in model:
             cpu[phase], calls[phase] = sum(model[phase].cpu), model[phase].calls
     device_ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for device in (d for root in roots for n in root.walk() for d in n.own_devices()):
+    for device in (d for root in roots for n in root.walk() for d in n.devices):
         device_ranges[device.type].append((device.start, device.end))
     gpu_rows = [_overview_row(t, len(r), _length_ns(r), total_ns) for t, r in device_ranges.items()]
     if communication[1]:
@@ -311,7 +324,10 @@ def _is_communication(node: _Node) -> bool:
     )
 
 
-def _communication_ranges(nodes: list[_Node]) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list]:
+_CommunicationRanges = tuple[list[tuple[int, int]], list[tuple[int, int]], list[tuple[int, int]]]
+
+
+def _communication_ranges(nodes: list[_Node]) -> _CommunicationRanges:
     """(host communication, device communication, computation kernels) ranges, by Paddle's three cases."""
     host, device, computation = [], [], []
     for node in nodes:
@@ -319,14 +335,14 @@ def _communication_ranges(nodes: list[_Node]) -> tuple[list[tuple[int, int]], li
             host.append((node.start, node.end))
             device.extend((d.start, d.end) for d in node.all_devices() if d.type == "Kernel")
             continue
-        for kernel in (d for d in node.own_devices() if d.type == "Kernel"):
+        for kernel in (d for d in node.devices if d.type == "Kernel"):
             is_collective = "nccl" in kernel.name.lower() or "xccl" in kernel.name.lower()
             (device if is_collective else computation).append((kernel.start, kernel.end))
     return host, device, computation
 
 
-def distribution_summary(nodes: list[_Node], total_ns: int) -> dict[str, Any] | None:
-    host, device, computation = _communication_ranges(nodes)
+def distribution_summary(communication_ranges: _CommunicationRanges, total_ns: int) -> dict[str, Any] | None:
+    host, device, computation = communication_ranges
     communication = _merged_ns(_merged_ns(host) + _merged_ns(device))
     if not communication:
         return None  # Paddle prints no Distribution Summary without communication
@@ -350,11 +366,11 @@ def operator_summary(nodes: list[_Node]) -> list[dict[str, Any]]:
         operators.setdefault(node.name, _Stats()).add(node.cpu_ns, node.gpu_ns(general=True))
         for child in (c for c in node.children if c.type != "Operator"):
             inners[node.name].setdefault(child.name, _Stats()).add(child.cpu_ns, child.gpu_ns(general=True))
-            for device in child.own_devices():
+            for device in child.devices:
                 inner_devices[(node.name, child.name)].setdefault(device.name, _Stats()).add(
                     None, device.end - device.start
                 )
-        for device in node.own_devices():
+        for device in node.devices:
             own_devices[node.name].setdefault(device.name, _Stats()).add(None, device.end - device.start)
     all_cpu = sum(sum(s.cpu) for s in operators.values())
     all_gpu = sum(sum(s.gpu) for s in operators.values())
@@ -373,7 +389,7 @@ def operator_summary(nodes: list[_Node]) -> list[dict[str, Any]]:
 
 def kernel_summary(nodes: list[_Node]) -> list[dict[str, Any]]:
     kernels: dict[str, _Stats] = {}
-    for device in (d for n in nodes for d in n.own_devices() if d.type == "Kernel"):
+    for device in (d for n in nodes for d in n.devices if d.type == "Kernel"):
         kernels.setdefault(device.name, _Stats()).add(None, device.end - device.start)
     total = sum(sum(s.gpu) for s in kernels.values())
     ordered = sorted(kernels.items(), key=lambda item: sum(item[1].gpu), reverse=True)

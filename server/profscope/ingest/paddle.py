@@ -77,7 +77,6 @@ PADDLE_CATEGORY_KINDS: dict[str, Kind] = {
 # "matmul dygraph[0.642 ms]" -> "matmul dygraph"
 _DURATION_SUFFIX = re.compile(r"\[-?\d+(?:\.\d+)?(?:e[-+]?\d+)? ?(?:s|ms|us|ns)\]$")
 _PLACE = re.compile(r"^Place\((?P<device>[a-z_]+)(?::(?P<id>\d+))?\)$")
-_RELATIVE_TIME = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*us\s*$")
 # Signs of a Paddle trace near the top of the file: the span index key before the event list, or
 # Paddle's thread ids ("12721(Python)", "12721(C++)"), which no other writer uses.
 _PADDLE_SIGNS = (
@@ -277,8 +276,9 @@ class _PaddleConverter:
         event.name = self._strip(event.name if isinstance(event.name, str) else str(event.name))
         if event.cat not in _NOT_HOST and isinstance(event.ts, float) and _is_number(event.dur):
             span = (event.ts, event.ts + float(event.dur))  # type: ignore[arg-type]
-            self._last_host[_thread(event)] = span
-            self._hosts[_thread(event)].append(span)
+            thread = _thread(event)
+            self._last_host[thread] = span
+            self._hosts[thread].append(span)
         return event
 
     def _strip(self, name: str) -> str:
@@ -298,10 +298,9 @@ class _PaddleConverter:
     def _precise_ts(self, ts: Number, start_time: Number) -> Number:
         """``ts`` with the nanoseconds ``args.start_time`` keeps (times relative to one base, so all agree)."""
         relative_ts = self._relative_ts(ts)
-        found = _RELATIVE_TIME.match(start_time) if isinstance(start_time, str) else None
-        if found is None or not isinstance(relative_ts, int | float):
+        since_start = _relative_time_us(start_time)
+        if since_start is None or not isinstance(relative_ts, int | float):
             return relative_ts
-        since_start = float(found.group(1))
         if self._start_time_base_us is None:
             self._start_time_base_us = relative_ts - since_start
         return self._start_time_base_us + since_start
@@ -355,6 +354,17 @@ def _outside_children(when: float, owner: tuple[float, float], spans: list[tuple
     return when
 
 
+def _relative_time_us(start_time: Number) -> float | None:
+    """``"360.464 us"`` -> 360.464; anything else -> None."""
+    if not isinstance(start_time, str) or not start_time.endswith(" us"):
+        return None
+    try:
+        value = float(start_time[:-3])
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _thread(event: PaddleEvent | Event) -> tuple[Number, str]:
     """One thread's key: Paddle splits a thread into "12721(Python)" and "12721(C++)" tracks."""
     return event.pid, str(event.tid).split("(", 1)[0]
@@ -366,4 +376,4 @@ def _is_number(value: Any) -> bool:
 
 def _present(raw: msgspec.Raw) -> msgspec.Raw:
     """An args object or list that says something; ``{}`` (what Paddle writes without shapes) is absent."""
-    return ABSENT if bytes(raw).strip() in _EMPTY_RAW_CONTAINERS else raw
+    return ABSENT if len(raw) < 8 and bytes(raw).strip() in _EMPTY_RAW_CONTAINERS else raw
