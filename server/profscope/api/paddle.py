@@ -22,7 +22,7 @@ TIME_UNITS_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
     summary="Paddle's summary tables: Overview, Model, Distribution, Operator, Kernel, Memory, UserDefined",
     responses={
         202: {"description": "The trace is being parsed; ask again."},
-        404: {"description": "No such run / trace, or the trace is not a PaddlePaddle trace: `{detail}`."},
+        404: {"description": "No such run, or no trace for the named worker / span: `{detail}`."},
         422: {"description": "The trace could not be read: `{error, file}`."},
     },
 )
@@ -31,12 +31,13 @@ def paddle_summary(
     trace: TraceFile = Depends(get_trace),
     unit: Literal["s", "ms", "us", "ns"] = Query("ms", description="Time unit the page shows (times stay in ns)"),
 ) -> Response:
-    """Times are integer nanoseconds (``*_ns``), sizes bytes; ``unit`` is echoed with its size for the page."""
+    """Times are integer nanoseconds (``*_ns``), sizes bytes; ``unit`` is echoed with its size for the page.
+
+    A trace that is not Paddle's answers ``{applies: false, reason}`` (like the Kernel view's empty
+    answer for a CPU-only trace: the trace is fine, it has no such table).
+    """
     data, pending = payload_or_status(get_state(request), trace, "paddle_summary")
     if pending is not None:
         return pending
-    body = orjson.loads(data)  # type: ignore[arg-type]
-    if not body.pop("applies"):
-        return json_response({"detail": body["reason"]}, status_code=404)
     ident = {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
-    return json_response({**ident, "unit": unit, "unit_ns": TIME_UNITS_NS[unit], **body})
+    return json_response({**ident, "unit": unit, "unit_ns": TIME_UNITS_NS[unit], **orjson.loads(data)})  # type: ignore[arg-type]

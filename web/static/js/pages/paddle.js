@@ -126,9 +126,12 @@ async function load() {
   try {
     data = await loadView(withQuery("/api/paddle/summary", { ...ident(), unit: state.unit }), { statusEl, signal: controller.signal });
   } catch (error) {
-    if (isAbort(error)) return;
-    if (error.status === 404) clear(statusEl, emptyState("No Paddle summary for this trace", error.message));
-    else showViewError(statusEl, error, selection);
+    if (!isAbort(error)) showViewError(statusEl, error, selection);
+    return;
+  }
+  if (!data.applies) {
+    clear(byId("tables"));
+    clear(statusEl, emptyState("No Paddle summary for this trace", data.reason));
     return;
   }
   byId("controls").hidden = false;
