@@ -367,3 +367,25 @@ def test_gpu_operator_view_has_paddles_input_shapes_and_call_stacks(server) -> N
     assert matmul["device_total_us"] == pytest.approx(80.0)  # the forward kernel, 50 + 30, launched inside it
     stacks = get(server, "/api/operators/stacks", run=GPU_RUN, name="matmul dygraph")["stacks"]
     assert [frame["text"] for frame in stacks[0]["frames"]][:1] == ["train.py(42): forward"]
+
+
+def test_odd_values_in_a_paddle_trace_lose_only_their_own_event(tmp_path: Path) -> None:
+    raw = raw_trace("mlp")
+    raw["span_indx"] = raw.pop("span_index")  # older Paddle versions spell it so
+    events = raw["traceEvents"]
+    operators = [i for i, e in enumerate(events) if e.get("cat") == "Operator"]
+    events[operators[0]]["args"] = ["not", "an", "object"]
+    events[operators[1]]["dur"] = "long"
+    events[operators[2]]["ts"] = "yesterday"
+    events[operators[3]]["args"]["start_time"] = "soon"
+    path = tmp_path / "odd.paddle_trace.json"
+    path.write_text(json.dumps(raw))
+    with open(path, "rb") as stream:
+        tables = parse_any_trace(stream)
+    assert tables.meta["paddle"]["span_index"] == 0
+    warnings = {w["message"]: w["count"] for w in tables.meta["warnings"]}
+    assert warnings["1 items of the event list are not Paddle events and were skipped"] == 1  # the list args
+    assert warnings["events without a usable 'ts' were skipped"] == 1
+    complete = [e for e in events if e.get("ph") == "X"]
+    assert tables.row_count("events") == len(complete) - 2  # the list-args one and the one without a time
+    assert tables.row_count("ops") == 0  # the "{}" shapes of the events read one at a time are still absent
