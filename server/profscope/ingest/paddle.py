@@ -53,6 +53,7 @@ from profscope.tables import Kind, TraceTables
 
 PADDLE_PARSER_VERSION = 1  # bump when what this module writes into the tables changes
 
+# Every TracerEventType of PaddlePaddle 3.3 (paddle.profiler.TracerEventType); others are Kind.OTHER
 PADDLE_CATEGORY_KINDS: dict[str, Kind] = {
     "operator": Kind.CPU_OP,
     "operatorinner": Kind.CPU_OP,
@@ -71,7 +72,6 @@ PADDLE_CATEGORY_KINDS: dict[str, Kind] = {
     "kernel": Kind.KERNEL,
     "memcpy": Kind.MEMCPY,
     "memset": Kind.MEMSET,
-    "mlu": Kind.RUNTIME,
 }
 
 # "matmul dygraph[0.642 ms]" -> "matmul dygraph"
