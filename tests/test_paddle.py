@@ -217,8 +217,9 @@ def test_every_view_answers_on_a_paddle_run(server, run: str) -> None:  # type: 
     raw = raw_trace(run)
     allocated = [e["args"]["current_allocated"] for e in raw["traceEvents"] if e.get("name") == "[memory]"]
     assert memory["devices"] == ["CPU"] and memory["peak_allocated_bytes"] == max(allocated)
-    distributed = get(server, "/api/distributed", run=run)
-    assert distributed["workers"] == 1
+    distributed = get(server, "/api/distributed", run=run)  # one process: the view says why it does not apply
+    assert distributed["applies"] is False and "one trace" in distributed["reason"]
+    assert "one trace" in runs[run]["unavailable"]["distributed"]
     tracks = get(server, "/api/timeline/tracks", run=run)
     names = {t["name"] for t in tracks["tracks"]}
     pid = next(e["pid"] for e in raw["traceEvents"] if e.get("cat") == "ProfileStep")
@@ -237,6 +238,7 @@ def test_a_broken_paddle_file_fails_alone_with_a_clear_message(server) -> None: 
 def test_the_paddle_summary_route_serves_the_analysis_for_paddle_runs_only(server) -> None:  # type: ignore[no-untyped-def]
     runs = {r["run"]: r for r in get(server, "/api/runs")["runs"]}
     assert "paddle" in runs["mlp"]["views"] and "paddle" not in runs["kineto"]["views"]
+    assert "PaddlePaddle" in runs["kineto"]["unavailable"]["paddle"]
     body = get(server, "/api/paddle/summary", run="mlp", unit="us")
     assert body["unit"] == "us" and body["unit_ns"] == 1000.0
     expected = json.loads(json.dumps(paddle_summary(parsed("mlp"))))
@@ -251,7 +253,7 @@ GPU_RUN = "gpu"
 
 
 def gpu_trace(rank: int) -> TraceTables:
-    (path,) = sorted((PADDLE_DATA / GPU_RUN).glob(f"host_gpunode{rank}pid_*.paddle_trace.json"))
+    (path,) = sorted((PADDLE_DATA / GPU_RUN).glob(f"rank{rank}_time_*.paddle_trace.json"))
     with open(path, "rb") as raw:
         return parse_any_trace(raw)
 

@@ -1,6 +1,6 @@
 """PaddlePaddle's summary tables (what ``Profiler.summary()`` prints), from the parsed tables.
 
-Paddle's definitions (``docs/definitions.md``, "Paddle summary tables"): host events of one thread
+Paddle's definitions (``docs/definitions.md`` §12): host events of one thread
 (its Python and C++ tracks together) nest by time into a tree; ``CudaRuntime`` calls hang on the
 innermost host event around them and device events on their launch (by correlation id); memory
 events on the innermost host event around them.
@@ -452,7 +452,7 @@ def user_defined_summary(nodes: list[_Node], total_ns: int) -> list[dict[str, An
 NOT_PADDLE = "Paddle's summary tables are made from PaddlePaddle profiler traces; this trace is not one."
 
 
-@payload("paddle_summary")
+@payload("paddle_summary", version=1)
 def paddle_summary_payload(context: TraceContext) -> dict[str, Any]:
     """The summary of a Paddle trace; for any other trace, why there is none."""
     if context.tables.meta.get("format") != "paddle":

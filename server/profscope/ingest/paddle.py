@@ -38,6 +38,7 @@ from typing import IO, Any
 
 import msgspec
 
+from profscope import parser_versions
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
 from profscope.ingest.kineto import (
     ABSENT,
@@ -51,7 +52,7 @@ from profscope.ingest.kineto import (
 )
 from profscope.tables import Kind, TraceTables
 
-PADDLE_PARSER_VERSION = 1  # bump when what this module writes into the tables changes
+PADDLE_PARSER_VERSION = parser_versions.PADDLE  # bump it there when what this module writes changes
 
 # Every TracerEventType of PaddlePaddle 3.3 (paddle.profiler.TracerEventType); others are Kind.OTHER
 PADDLE_CATEGORY_KINDS: dict[str, Kind] = {

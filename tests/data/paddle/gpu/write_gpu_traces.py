@@ -138,7 +138,9 @@ def rank_trace(rank: int) -> dict:
 
 def main() -> None:
     for rank in range(2):
-        name = f"host_gpunode{rank}pid_{4100 + rank}_time_2025_11_20_10_00_00_00000{rank}.paddle_trace.json"
+        # the name export_chrome_tracing(dir, worker_name=f"rank{rank}") gives: the Distributed view takes
+        # traces as ranks of one job by a rank in their names (Paddle's traces record no distributedInfo)
+        name = f"rank{rank}_time_2025_11_20_10_00_00_00000{rank}.paddle_trace.json"
         (HERE / name).write_text(json.dumps(rank_trace(rank), indent=1) + "\n")
 
 
