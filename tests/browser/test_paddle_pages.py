@@ -26,20 +26,23 @@ def paddle_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.mark.parametrize(
-    ("view", "ready"),
+    ("run", "view", "ready"),
     [
-        ("overview", "#main svg"),
-        ("operators", "[data-testid=operators-table] tbody tr"),
-        ("memory", "#main svg"),
-        ("trace", "canvas"),
-        ("paddle", "[data-testid=paddle-operators] tbody tr"),
+        ("transformer", "overview", "#main svg"),
+        ("transformer", "operators", "[data-testid=operators-table] tbody tr"),
+        ("transformer", "memory", "#main svg"),
+        ("transformer", "trace", "canvas"),
+        ("transformer", "paddle", "[data-testid=paddle-operators] tbody tr"),
+        ("gpu", "kernels", "[data-testid=kernels-table] tbody tr"),  # the hand-written two-rank GPU traces
+        ("gpu", "distributed", "[data-testid=ranks-table] tbody tr"),
+        ("gpu", "paddle", "[data-testid=paddle-operators] tbody tr"),
     ],
 )
-def test_each_view_opens_on_a_paddle_run(page, paddle_server, view: str, ready: str) -> None:
-    page.goto(f"{paddle_server.url}/{view}?run=transformer")
+def test_each_view_opens_on_a_paddle_run(page, paddle_server, run: str, view: str, ready: str) -> None:
+    page.goto(f"{paddle_server.url}/{view}?run={run}")
     page.locator(ready).first.wait_for()
     assert page.locator(".error-box").count() == 0
-    screenshot(page, f"paddle-{view}-transformer")
+    screenshot(page, f"paddle-{view}-{run}")
 
 
 def test_the_paddle_summary_switches_its_time_unit(page, paddle_server) -> None:
