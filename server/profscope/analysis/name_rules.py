@@ -13,6 +13,8 @@ import numpy as np
 from profscope.tables import StringTable
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# PaddlePaddle's profiler names its steps "ProfileStep#N"
+PROFILER_STEP_PREFIXES = (PROFILER_STEP_PREFIX, "ProfileStep#")
 
 # torch-tb-profiler's kernel-name patterns for tensor-core kernels (from NVIDIA PyProf's tc.py).
 TENSOR_CORE_KERNEL_PATTERNS = (
@@ -105,12 +107,19 @@ _COMM_KERNEL = re.compile(
 
 
 def is_profiler_step(name: str) -> bool:
-    return name.startswith(PROFILER_STEP_PREFIX)
+    return name.startswith(PROFILER_STEP_PREFIXES)
+
+
+def profiler_step_id(name: str) -> str:
+    """The N of a ``ProfilerStep#N`` (or Paddle's ``ProfileStep#N``) name."""
+    return name.split("#", 1)[1]
 
 
 def is_dataloader(name: str) -> bool:
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
+    return (
+        (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__"))
+        or name.startswith("enumerate(DataPipe)#")
+        or name.startswith("_DataLoaderIter")  # Paddle's _DataLoaderIterSingleProcess / MultiProcess
     )
 
 

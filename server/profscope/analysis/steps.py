@@ -53,7 +53,7 @@ def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
             by_name[int(name[row])] = row
     rows = np.array(sorted(by_name.values(), key=lambda r: (ts[r], -end[r])), dtype=np.int64)
     if len(rows):
-        step_names = [tables.strings[int(name[r])][len(name_rules.PROFILER_STEP_PREFIX) :] for r in rows]
+        step_names = [name_rules.profiler_step_id(tables.strings[int(name[r])]) for r in rows]
         host_starts, host_ends = ts[rows], end[rows]
         from_steps = True
     else:

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import TraceFile
 from profscope.ingest.json_stream import TraceFormatError
-from profscope.ingest.kineto import parse_trace
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
+from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
@@ -152,7 +152,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with request.source.open(request.key) as raw:
-            tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+            tables = parse_any_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
         error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
@@ -179,6 +179,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "warnings": tables.meta.get("warnings", []),
         "pieces": tables.meta.get("pieces"),
         "decoder": tables.meta.get("decoder"),
+        "format": tables.meta.get("format", "kineto"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,

@@ -647,3 +647,79 @@ class Diff(TraceIdent):
     kernels: list[DiffKernelRow]
     tree: DiffTree
     distributed: DiffDistributed | None
+
+
+# ---- paddle -------------------------------------------------------------------------------------
+class PaddleColumns(Strict):  # Total / Avg / Max / Min / Ratio; Model Summary's "Others" has only total and ratio
+    total_ns: int
+    avg_ns: Number | None = None
+    max_ns: int | None = None
+    min_ns: int | None = None
+    ratio_pct: Number
+
+
+class PaddleRow(Strict):
+    name: str
+    calls: int | None
+    cpu: PaddleColumns | None
+    gpu: PaddleColumns | None
+
+
+class PaddleInnerRow(PaddleRow):
+    kernels: list[PaddleRow]
+
+
+class PaddleOperatorRow(PaddleRow):
+    inner: list[PaddleInnerRow]
+    kernels: list[PaddleRow]
+
+
+class PaddleTypeTime(Strict):
+    type: str
+    calls: int
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleOverview(Strict):
+    cpu: list[PaddleTypeTime]
+    gpu: list[PaddleTypeTime]
+
+
+class PaddleTime(Strict):
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleMemoryRow(Strict):
+    name: str
+    type: str
+    allocation_count: int
+    free_count: int
+    allocation_bytes: int
+    free_bytes: int
+    increased_bytes: int
+
+
+class PaddleMemoryPlace(Strict):
+    place: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    rows: list[PaddleMemoryRow]
+
+
+class PaddleSummary(TraceIdent):
+    """A Paddle trace's tables (``applies`` true), or for another trace ``applies`` false and the ``reason``."""
+
+    unit: str
+    unit_ns: Number
+    applies: bool
+    reason: str | None = None
+    total_ns: int | None = None
+    overview: PaddleOverview | None = None
+    model: list[PaddleRow] | None = None
+    distribution: dict[str, PaddleTime] | None = None
+    operators: list[PaddleOperatorRow] | None = None
+    kernels: list[PaddleRow] | None = None
+    memory: list[PaddleMemoryPlace] | None = None
+    user_defined: list[PaddleRow] | None = None
