@@ -148,6 +148,8 @@ class Profscope:
             log.warning("%s is readable again", root.uri)
         elif root.error is not None:
             log.info("%s can be listed now: %d files", root.uri, len(objects))
+        if not objects and (root.objects or not root.listed_at):
+            log.info("%s holds no file (yet): listed again every %s s", root.uri, self.settings.rescan_seconds)
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
 
