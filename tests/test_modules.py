@@ -63,8 +63,12 @@ class RawModules:
                     names.append(ancestor["name"][len("nn.Module: ") :])
                 ancestor = by_id.get(ancestor["args"].get("Python parent id"))
             self.occurrences.append(
-                {"path": "/" + "/".join(reversed(names)), "start": event["ts"], "end": event["ts"] + event["dur"],
-                 "thread": (event["pid"], event["tid"])}  # fmt: skip
+                {
+                    "path": "/" + "/".join(reversed(names)),
+                    "start": event["ts"],
+                    "end": event["ts"] + event["dur"],
+                    "thread": (event["pid"], event["tid"]),
+                }
             )
 
     def innermost(self, thread: tuple, ts: float) -> str | None:
@@ -118,15 +122,24 @@ def test_operators_of_the_root_module_are_its_top_level_ops() -> None:
     raw = RawModules(events)
     root = raw.occurrences[0]
     ops = [
-        e for e in events
-        if e.get("cat") == "cpu_op" and (e["pid"], e["tid"]) == root["thread"]
-        and root["start"] <= e["ts"] and e["ts"] + e["dur"] <= root["end"]
-    ]  # fmt: skip
+        e
+        for e in events
+        if e.get("cat") == "cpu_op"
+        and (e["pid"], e["tid"]) == root["thread"]
+        and root["start"] <= e["ts"]
+        and e["ts"] + e["dur"] <= root["end"]
+    ]
     top_level = [
-        op for op in ops
-        if not any(o is not op and o["ts"] <= op["ts"] and op["ts"] + op["dur"] <= o["ts"] + o["dur"]
-                   and (o["dur"], -o["ts"]) > (op["dur"], -op["ts"]) for o in ops)
-    ]  # fmt: skip
+        op
+        for op in ops
+        if not any(
+            o is not op
+            and o["ts"] <= op["ts"]
+            and op["ts"] + op["dur"] <= o["ts"] + o["dur"]
+            and (o["dur"], -o["ts"]) > (op["dur"], -op["ts"])
+            for o in ops
+        )
+    ]
     (row,) = _view(corpus_file(BERT_H100))["modules"]
     assert row["name"] == root["path"].strip("/")
     assert row["operators"] == len(top_level)
