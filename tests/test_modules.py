@@ -95,12 +95,19 @@ def _device_by_module(events: list[dict[str, Any]], raw: RawModules) -> dict[str
     return device
 
 
-@pytest.mark.parametrize("relative", [BERT_H100, B200])
-def test_module_times_match_a_hand_computation_on_gpu_traces(relative: str) -> None:
-    events = _events(corpus_file(relative))
+def _trace(name: str) -> Path:
+    """A corpus file, or one of the traces scripts/record_module_traces.py recorded (``recorded:<run>``)."""
+    if name.startswith("recorded:"):
+        return RECORDED / name.split(":")[1] / "worker0.pt.trace.json.gz"
+    return corpus_file(name)
+
+
+@pytest.mark.parametrize("name", [BERT_H100, B200, TINYGPT, "recorded:nested", "recorded:training"])
+def test_module_times_match_a_hand_computation(name: str) -> None:
+    events = _events(_trace(name))
     raw = RawModules(events)
     device = _device_by_module(events, raw)
-    modules = _flatten(_view(corpus_file(relative))["modules"])
+    modules = _flatten(_view(_trace(name))["modules"])
     assert set(modules) == {o["path"] for o in raw.occurrences}
     checked_device = 0
     for path, row in modules.items():
@@ -114,7 +121,9 @@ def test_module_times_match_a_hand_computation_on_gpu_traces(relative: str) -> N
         subtree = sum(value for key, value in device.items() if raw.under(key, path))
         assert row["device_total_us"] == pytest.approx(subtree, abs=0.01)
         checked_device += subtree > 0
-    assert checked_device > 5  # the traces launch kernels from many modules
+    on_gpu = any(e.get("cat") == "kernel" for e in events)
+    assert (checked_device > 5) == on_gpu  # the GPU traces launch kernels from many modules
+    assert len(modules) >= 6
 
 
 def test_operators_of_the_root_module_are_its_top_level_ops() -> None:
@@ -145,9 +154,8 @@ def test_operators_of_the_root_module_are_its_top_level_ops() -> None:
     assert row["operators"] == len(top_level)
 
 
-def test_backward_work_is_attached_to_the_module_of_its_forward_op() -> None:
-    events = _events(corpus_file(TINYGPT))
-    raw = RawModules(events)
+def _backward_by_module(events: list[dict[str, Any]], raw: RawModules) -> dict[str | None, float]:
+    """Host time of each backward op (a ``fwdbwd`` flow's finish), by the module of its forward op."""
     starts = {e["id"]: e for e in events if e.get("cat") == "fwdbwd" and e["ph"] == "s"}
     ops_at = defaultdict(list)
     for event in events:
@@ -157,13 +165,41 @@ def test_backward_work_is_attached_to_the_module_of_its_forward_op() -> None:
     for finish in (e for e in events if e.get("cat") == "fwdbwd" and e["ph"] == "f"):
         forward = starts[finish["id"]]
         owner = raw.innermost((forward["pid"], forward["tid"]), forward["ts"])
-        backward_op = max(ops_at[(finish["pid"], finish["tid"], finish["ts"])], key=lambda e: e["dur"])
-        backward[owner] += backward_op["dur"]
-    modules = _flatten(_view(corpus_file(TINYGPT))["modules"])
+        backward[owner] += max(ops_at[(finish["pid"], finish["tid"], finish["ts"])], key=lambda e: e["dur"])["dur"]
+    return backward
+
+
+@pytest.mark.parametrize(("name", "root"), [(TINYGPT, "/TinyGPT_0"), ("recorded:training", "/TinyModel_0")])
+def test_backward_work_is_attached_to_the_module_of_its_forward_op(name: str, root: str) -> None:
+    events = _events(_trace(name))
+    raw = RawModules(events)
+    backward = _backward_by_module(events, raw)
+    modules = _flatten(_view(_trace(name))["modules"])
     for path, row in modules.items():
         expected = sum(value for key, value in backward.items() if raw.under(key, path))
         assert row["backward_host_us"] == pytest.approx(expected, abs=0.01), path
-    assert modules["/TinyGPT_0"]["backward_host_us"] > 1000
+    assert modules[root]["backward_host_us"] > 1000
+
+
+def test_activation_checkpointing_recomputation_is_backward_work_of_its_module() -> None:
+    """Recomputed forwards run inside backward with no parent module: they join their module instance's row
+    as backward time (the backward op that ran them gives that time up), and make no rows of their own."""
+    events = _events(_trace("recorded:checkpointing"))
+    raw = RawModules(events)
+    backward = _backward_by_module(events, raw)
+    view = _view(_trace("recorded:checkpointing"))
+    assert [row["name"] for row in view["modules"]] == ["TinyModel_0"]
+    (root,) = view["modules"]
+    in_modules = sum(value for owner, value in backward.items() if owner is not None)  # not the loss's backward
+    assert root["backward_host_us"] == pytest.approx(in_modules, abs=0.05)
+    modules = _flatten(view["modules"])
+    recomputed_roots = {o["path"] for o in raw.occurrences if o["path"].count("/") == 1} - {"/TinyModel_0"}
+    assert recomputed_roots  # LayerNorm / Attention / Mlp of each Block, run again during backward
+    for path in recomputed_roots:
+        (row,) = [r for p, r in modules.items() if p.endswith(path)]
+        assert row["recomputations"] == sum(o["path"] == path for o in raw.occurrences) == row["occurrences"]
+    blocks = [r for p, r in modules.items() if p.endswith("/Block_0") or p.endswith("/Block_1")]
+    assert [b["recomputations"] for b in blocks] == [0, 0]  # checkpoint() wraps the body, not the Block call
 
 
 def _union_within(intervals: list[tuple[float, float]], start: float, end: float) -> float:

@@ -1,20 +1,10 @@
-"""The module tree: where the time goes by ``nn.Module`` (``docs/definitions.md`` §Module view).
+"""The module tree: where the time goes by ``nn.Module`` (``docs/definitions.md`` §9.1).
 
-- a module occurrence is a ``python_function`` event named ``nn.Module: <Type>_<n>`` (profiles recorded
-  with ``with_modules=True`` or ``with_stack=True``); its parent is its nearest ``nn.Module`` ancestor
-  along ``Python parent id``. Without them, PyTorch Lightning's ``[pl][module]<type>: <dotted.name>``
-  annotations are the occurrences, nested by time on their thread;
-- occurrences with the same name under the same parent module are one row (``occurrences`` counts them);
-- an op, runtime call or flow end belongs to the innermost occurrence that encloses its start on its
-  thread;
-- host total = the occurrences' durations; host self = host total − the child modules' host totals;
-- device self = the device activity (kernels, memcpy, memset) launched by runtime calls inside the
-  module and outside its child modules; device total = device self of the module and all its descendants;
-- operators = operator calls made in the module (an op nested in an op of the same module is not counted
-  again), with the descendants';
-- backward: an op linked by a ``fwdbwd`` flow to a forward op belongs to the module of that forward op;
-  its host duration and the device time of what it launched are that module's backward time (totals
-  include the descendants').
+Occurrences come from ``nn.Module: <Type>_<n>`` python_function events (parents along ``Python parent id``),
+else from Lightning ``[pl][module]`` events; occurrences of one instance name under one parent row are a row.
+Ops, runtime calls and flow starts belong to the innermost occurrence holding them on their thread; backward
+ops (``fwdbwd`` flow finishes) and activation checkpointing's recomputed forwards are backward time of their
+module. Everything is computed at query time from the parsed tables (no parser change).
 """
 
 from __future__ import annotations
@@ -31,14 +21,15 @@ from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
-from profscope.analysis.phases import model_phases
+from profscope.analysis.phases import covers_on_thread, model_phases, phase_rows
 from profscope.tables import NO_ID, Kind, TraceTables
 
 MODULE_PREFIX = "nn.Module: "
 LIGHTNING_PREFIX = "[pl][module]"
 HOW_TO_RECORD = (
-    "This trace has no module information: record it with torch.profiler.profile(with_modules=True) "
-    "(or with_stack=True), or with PyTorch Lightning's PyTorchProfiler, to see time by nn.Module."
+    "This trace has no module information: record it with torch.profiler.profile(with_stack=True, "
+    "with_modules=True) (eager models get their nn.Module events from the Python tracer that with_stack=True "
+    "turns on), or with PyTorch Lightning's PyTorchProfiler, to see time by nn.Module."
 )
 TOP_ROWS = 10  # operators and kernels listed per module
 _INSTANCE = re.compile(r"^(.*)_(\d+)$")
@@ -153,14 +144,15 @@ def _nearest_marked_ancestor(parent: np.ndarray, marked: np.ndarray) -> np.ndarr
         ancestor[climbing] = parent[ancestor[climbing]]
 
 
-class InnermostModule:
-    """Which occurrence encloses a point (track, time): the innermost one, per thread, as a step function."""
+class Innermost:
+    """Which of some nested event rows encloses a point (track, time): the innermost one, per thread, as a
+    step function; ``of`` answers with indexes into those rows."""
 
-    def __init__(self, tables: TraceTables, occurrences: Occurrences) -> None:
+    def __init__(self, tables: TraceTables, rows: np.ndarray) -> None:
         events = tables.events
-        self._tracks = np.asarray(events["track"])[occurrences.rows]
-        starts = np.asarray(events["ts_ns"])[occurrences.rows]
-        ends = starts + np.asarray(events["dur_ns"])[occurrences.rows]
+        self._tracks = np.asarray(events["track"])[rows]
+        starts = np.asarray(events["ts_ns"])[rows]
+        ends = starts + np.asarray(events["dur_ns"])[rows]
         self._steps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for track in np.unique(self._tracks).tolist():
             on_track = np.flatnonzero(self._tracks == track)
@@ -168,7 +160,7 @@ class InnermostModule:
             self._steps[track] = _innermost_steps(on_track, starts[on_track], ends[on_track])
 
     def of(self, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
-        """The occurrence enclosing each point (start inclusive, end exclusive), NO_ID outside every module."""
+        """The row enclosing each point (start inclusive, end exclusive), NO_ID outside all of them."""
         found = np.full(len(times), NO_ID, dtype=np.int64)
         for track, (boundaries, occurrence) in self._steps.items():
             here = np.flatnonzero(tracks == track)
@@ -203,10 +195,11 @@ def module_tree(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     occurrences = find_occurrences(tables)
     if occurrences is None:
         return {"applies": False, "reason": HOW_TO_RECORD, "source": None, "modules": []}
-    group, parent_group, group_names, group_types = _group_occurrences(occurrences)
+    recomputed = _recomputed_roots(tables, occurrences)
+    group, parent_group, group_names, group_types, recompute = _group_occurrences(occurrences, recomputed)
     count = len(group_names)
-    innermost = InnermostModule(tables, occurrences)
-    sums = _occurrence_sums(tables, tree, occurrences, innermost)
+    innermost = Innermost(tables, occurrences.rows)
+    sums = _occurrence_sums(tables, tree, occurrences, innermost, recompute)
     per_group = {key: np.bincount(group, weights=value, minlength=count) for key, value in sums.items()}
     totals = _subtree_totals(parent_group, per_group)
     ops, kernels = _top_rows_per_group(tables, tree, occurrences, innermost, group, parent_group)
@@ -219,6 +212,7 @@ def module_tree(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
             "type": group_types[index],
             "parent": int(parent_group[index]),
             "occurrences": int(per_group["occurrences"][index]),
+            "recomputations": int(per_group["recomputations"][index]),
             "operators": int(totals["operators"][index]),
             "host_total_us": _us(per_group["host_total"][index]),
             "host_self_us": _us(per_group["host_self"][index]),
@@ -244,14 +238,40 @@ def _us(ns: float) -> float:
     return round(float(ns) / 1000.0, 3)
 
 
-def _group_occurrences(occurrences: Occurrences) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    """Occurrences of the same name under the same parent row become one row (rows numbered parents first)."""
+def _recomputed_roots(tables: TraceTables, occurrences: Occurrences) -> np.ndarray:
+    """Occurrences without a parent module that run inside backward (``autograd::engine::evaluate_function``):
+    activation checkpointing's recomputed forwards, whose Python parents lead to the autograd engine."""
+    root = occurrences.parent < 0
+    if not root.any():
+        return root
+    marks = phase_rows(tables, ("backward",))["backward"]
+    events = tables.events
+    ts, track = np.asarray(events["ts_ns"]), np.asarray(events["track"])
+    end = ts + np.asarray(events["dur_ns"])
+    inside = covers_on_thread(track[marks], ts[marks], end[marks], track[occurrences.rows], ts[occurrences.rows])
+    return root & inside
+
+
+def _group_occurrences(
+    occurrences: Occurrences, recomputed_roots: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[str], list[str], np.ndarray]:
+    """Occurrences of the same name under the same parent row become one row (rows numbered parents first).
+
+    A recomputed forward (a root in backward, and the modules it calls) joins the row of the module instance
+    of the same name (instance names are unique per module object); ``recompute`` marks those occurrences.
+    """
     group = np.full(len(occurrences.rows), NO_ID, dtype=np.int64)
+    recompute = np.zeros(len(occurrences.rows), dtype=bool)
     keys: dict[tuple[int, str], int] = {}
+    by_instance: dict[str, int] = {}
     parents: list[int] = []
     names: list[str] = []
     types: list[str] = []
     for index, (parent, name) in enumerate(zip(occurrences.parent.tolist(), occurrences.names, strict=True)):
+        recompute[index] = bool(recomputed_roots[index]) or (parent >= 0 and recompute[parent])
+        if recompute[index] and name in by_instance:
+            group[index] = by_instance[name]
+            continue
         parent_group = int(group[parent]) if parent >= 0 else NO_ID  # a parent starts before its child
         key = (parent_group, name)
         if key not in keys:
@@ -259,21 +279,27 @@ def _group_occurrences(occurrences: Occurrences) -> tuple[np.ndarray, np.ndarray
             parents.append(parent_group)
             names.append(name)
             types.append(occurrences.types[index])
+            if parent_group >= 0:
+                by_instance.setdefault(name, keys[key])
         group[index] = keys[key]
-    return group, np.asarray(parents, dtype=np.int64), names, types
+    recompute &= np.asarray([names[g] in by_instance for g in group.tolist()], dtype=bool)
+    return group, np.asarray(parents, dtype=np.int64), names, types, recompute
 
 
 def _occurrence_sums(
-    tables: TraceTables, tree: CallTree, occurrences: Occurrences, innermost: InnermostModule
+    tables: TraceTables, tree: CallTree, occurrences: Occurrences, innermost: Innermost, recompute: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Per occurrence: host total / self, device self, operators, backward host / device (all nanoseconds)."""
+    """Per occurrence: host total / self, device self, operators, backward host / device (all nanoseconds).
+
+    A recomputed forward is backward work of its module: its self times go to backward, not to the forward."""
     events = tables.events
     ts, dur, track = (np.asarray(events[c]) for c in ("ts_ns", "dur_ns", "track"))
     count = len(occurrences.rows)
 
     def per_occurrence(owner: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         keep = owner >= 0
-        return np.bincount(owner[keep], weights=None if weights is None else weights[keep], minlength=count)
+        counts = np.bincount(owner[keep], weights=None if weights is None else weights[keep], minlength=count)
+        return counts.astype(np.float64)
 
     host_total = dur[occurrences.rows].astype(np.float64)
     has_parent = occurrences.parent >= 0
@@ -286,8 +312,9 @@ def _occurrence_sums(
     parent_is_op = lookup(tree.is_operator, tree.parent, False)
     counted_op = tree.is_operator & ~(parent_is_op & (parent_owner == node_owner))
     backward_owner, backward_nodes = _backward_links(tables, tree, innermost)
-    return {
+    sums = {
         "occurrences": np.ones(count),
+        "recomputations": recompute.astype(np.float64),
         "host_total": host_total,
         "host_self": host_total - child_time,
         "device_self": per_occurrence(device_owner, dur[tree.device_rows[launched]].astype(np.float64)),
@@ -295,9 +322,44 @@ def _occurrence_sums(
         "backward_host": per_occurrence(backward_owner, dur[tree.node_event[backward_nodes]].astype(np.float64)),
         "backward_device": per_occurrence(backward_owner, tree.device_total_ns[backward_nodes].astype(np.float64)),
     }
+    _move_recomputation_to_backward(tables, tree, occurrences, recompute, sums, backward_owner, backward_nodes)
+    for key in ("occurrences", "host_total", "host_self", "device_self", "operators"):
+        sums[key][recompute] = 0.0
+    return sums
 
 
-def _backward_links(tables: TraceTables, tree: CallTree, innermost: InnermostModule) -> tuple[np.ndarray, np.ndarray]:
+def _move_recomputation_to_backward(
+    tables: TraceTables,
+    tree: CallTree,
+    occurrences: Occurrences,
+    recompute: np.ndarray,
+    sums: dict[str, np.ndarray],
+    backward_owner: np.ndarray,
+    backward_nodes: np.ndarray,
+) -> None:
+    """A recomputed forward's self times become its module's backward time, and leave the backward op that
+    ran it (whose duration holds it), so that no time is counted twice."""
+    sums["backward_host"] += np.where(recompute, sums["host_self"], 0.0)
+    sums["backward_device"] += np.where(recompute, sums["device_self"], 0.0)
+    roots = np.flatnonzero(recompute & (occurrences.parent < 0))
+    if not len(roots) or not len(backward_nodes):
+        return
+    subtree_device = sums["device_self"].copy()
+    for index in range(len(occurrences.rows) - 1, -1, -1):  # children start after their parents
+        if occurrences.parent[index] >= 0:
+            subtree_device[occurrences.parent[index]] += subtree_device[index]
+    events = tables.events
+    rows = occurrences.rows[roots]
+    running = Innermost(tables, tree.node_event[backward_nodes]).of(
+        np.asarray(events["track"])[rows], np.asarray(events["ts_ns"])[rows]
+    )
+    inside = running >= 0
+    owner = backward_owner[running[inside]]
+    np.subtract.at(sums["backward_host"], owner, sums["host_total"][roots[inside]])
+    np.subtract.at(sums["backward_device"], owner, subtree_device[roots[inside]])
+
+
+def _backward_links(tables: TraceTables, tree: CallTree, innermost: Innermost) -> tuple[np.ndarray, np.ndarray]:
     """For each backward op (``fwdbwd`` flow finish): the occurrence of its forward op, and its call-tree node."""
     flows = tables.table("flows")
     cat_id = tables.strings.lookup("fwdbwd")
@@ -358,7 +420,7 @@ def _top_rows_per_group(
     tables: TraceTables,
     tree: CallTree,
     occurrences: Occurrences,
-    innermost: InnermostModule,
+    innermost: Innermost,
     group: np.ndarray,
     parent_group: np.ndarray,
 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:

@@ -1,5 +1,5 @@
 """Model phases: per training step, the time in data loading, forward, backward, optimizer and other
-(``docs/definitions.md`` §Model phases), the way Paddle's Model Summary splits a step.
+(``docs/definitions.md`` §9.2), the way Paddle's Model Summary splits a step.
 
 - a phase's host events: data loading = ``enumerate(DataLoader)#…`` / ``enumerate(DataPipe)#…``;
   optimizer = ``Optimizer.…#…`` (step and zero_grad); backward = ``autograd::engine::evaluate_function: …``;
@@ -46,14 +46,14 @@ def _phase_of_name(name: str) -> str | None:
     return None
 
 
-def phase_rows(tables: TraceTables) -> dict[str, np.ndarray]:
+def phase_rows(tables: TraceTables, phases: tuple[str, ...] = PHASES) -> dict[str, np.ndarray]:
     """The event rows that mark each phase."""
     events = tables.events
     kind = np.asarray(events["kind"])
     names = np.asarray(events["name"])
     timed = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY, Kind.PYTHON_FUNCTION))
     result = {}
-    for phase in PHASES:
+    for phase in phases:
         mask = name_rules.string_mask(tables.strings, lambda s, phase=phase: _phase_of_name(s) == phase)
         result[phase] = np.flatnonzero(timed & mask[names])
     return result
@@ -128,12 +128,12 @@ def _device_phase_and_step(
     phase = np.full(len(runtime), len(PHASES), dtype=np.int64)
     for index in range(len(PHASES) - 1, -1, -1):  # the first phase in the order wins: assign it last
         marks = rows[PHASES[index]]
-        covered = _covers_on_thread(track[marks], ts[marks], end[marks], track[runtime], ts[runtime])
+        covered = covers_on_thread(track[marks], ts[marks], end[marks], track[runtime], ts[runtime])
         phase[covered] = index
     return phase, step, device_rows
 
 
-def _covers_on_thread(
+def covers_on_thread(
     tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray, point_tracks: np.ndarray, points: np.ndarray
 ) -> np.ndarray:
     """Whether an interval on the same thread holds each point."""
