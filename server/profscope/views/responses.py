@@ -171,6 +171,7 @@ class ModuleRow(Strict):
     type: str
     parent: int
     occurrences: int
+    recomputations: int
     operators: int
     host_total_us: Number
     host_self_us: Number

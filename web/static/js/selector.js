@@ -6,7 +6,7 @@ import { errorBox, progressBar } from "./status.js";
 import { readParams, withQuery } from "./urlstate.js";
 
 // Parameters that name a row of one trace: dropped when the trace changes.
-const TRACE_LOCAL_PARAMS = ["stack", "shape"];
+const TRACE_LOCAL_PARAMS = ["stack", "shape", "module", "expanded"];
 
 /** Point the nav tabs at the same run / worker / span. */
 export function updateNavLinks(ident, runInfo = null) {
