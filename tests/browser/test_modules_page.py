@@ -83,7 +83,7 @@ def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_ser
     page.get_by_test_id("module-trace-link").click()
     page.wait_for_url("**/trace?**")
     page.wait_for_function(
-        "(id) => window.__profscopeTrace && window.__profscopeTrace.selected && window.__profscopeTrace.selected.id === id",
+        "(id) => window.__profscopeTrace?.selected?.id === id",
         arg=encoder["first"]["event"],
         timeout=20_000,
     )
