@@ -452,7 +452,9 @@ def _named_sums(
     owner: np.ndarray, names: np.ndarray, values: dict[str, np.ndarray]
 ) -> dict[tuple[int, int], dict[str, float]]:
     """Calls and summed values per (row, name)."""
-    keys, inverse = np.unique(np.stack([owner, names.astype(np.int64)], axis=1), axis=0, return_inverse=True)
+    width = int(names.max(initial=0)) + 1
+    combined, inverse = np.unique(owner.astype(np.int64) * width + names, return_inverse=True)  # 1-D: fast
+    keys = np.stack([combined // width, combined % width], axis=1)
     inverse = inverse.reshape(-1)
     calls = np.bincount(inverse, minlength=len(keys))
     sums = {
