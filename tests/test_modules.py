@@ -7,6 +7,7 @@ parent ids, correlation ids), independently of ``analysis/modules.py`` and ``ana
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from conftest import corpus_file
 from profscope.analysis.context import TraceContext
 from profscope.analysis.modules import HOW_TO_RECORD, module_view
-from profscope.ingest.kineto import parse_trace_file
+from profscope.ingest.kineto import parse_trace, parse_trace_file
 
 BERT_H100 = "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
@@ -264,3 +265,39 @@ def test_a_trace_without_modules_says_how_to_record_them() -> None:
 def test_a_trace_without_steps_has_no_phases() -> None:
     phases = _view(corpus_file(B200))["phases"]
     assert phases["applies"] is False and "ProfilerStep" in phases["reason"]
+
+
+def _lightning_trace() -> dict[str, Any]:
+    """A PyTorch Lightning profile's shape: ``[pl][module]<type>: <dotted name>`` annotations, no python_function."""
+
+    def event(name: str, ts: float, dur: float, cat: str = "user_annotation") -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    return {
+        "traceEvents": [
+            event("ProfilerStep#1", 1000.0, 1000.0),
+            event("[pl][module]lit.Net: model", 1010.0, 800.0),
+            event("[pl][module]torch.nn.modules.linear.Linear: model.layer.0", 1020.0, 200.0),
+            event("aten::linear", 1030.0, 150.0, "cpu_op"),
+            event("aten::addmm", 1040.0, 100.0, "cpu_op"),
+            event("[pl][module]torch.nn.modules.linear.Linear: model.layer.1", 1300.0, 300.0),
+            event("aten::linear", 1310.0, 250.0, "cpu_op"),
+            event("aten::relu", 1700.0, 50.0, "cpu_op"),
+        ]
+    }
+
+
+def test_lightning_module_events_make_the_tree_when_there_are_no_nn_module_events() -> None:
+    tables = parse_trace(io.BytesIO(json.dumps(_lightning_trace()).encode()))
+    view = module_view(TraceContext(tables))
+    assert view["applies"] and view["source"] == "lightning"
+    (model,) = view["modules"]
+    assert (model["name"], model["type"], model["host_total_us"]) == ("model", "Net", 800.0)
+    assert model["host_self_us"] == 800.0 - 200.0 - 300.0
+    assert model["operators"] == 3  # aten::linear twice (addmm is inside one) and aten::relu
+    assert [(c["name"], c["type"], c["host_total_us"], c["operators"]) for c in model["children"]] == [
+        ("model.layer.0", "Linear", 200.0, 1),
+        ("model.layer.1", "Linear", 300.0, 1),
+    ]
+    (step,) = view["phases"]["steps"]
+    assert (step["host_us"], step["forward_us"], step["other_us"]) == (1000.0, 800.0, 200.0)

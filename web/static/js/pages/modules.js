@@ -3,9 +3,9 @@
 // Page state in the URL: expanded (module ids), module (the selected one), sort, metric.
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, PALETTE, plotly, plotText } from "../charts.js";
+import { FONT, PLOT_CONFIG, PALETTE, plotly, plotText, renderStepBars } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
+import { DASH, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { emptyState } from "../status.js";
 import { sortRows } from "../table.js";
@@ -90,29 +90,8 @@ function phasesPanel(phases) {
 }
 
 function drawPhases(target, phases) {
-  const unit = timeUnit(Math.max(...phases.steps.map((s) => s.host_us), 0));
-  const x = phases.steps.map((s) => String(s.step));
-  const traces = PHASES.map((p) => ({
-    type: "bar",
-    name: p.label,
-    x,
-    y: phases.steps.map((s) => s[`${p.key}_us`] / unit.divisor),
-    customdata: phases.steps.map((s) => [fmtUs(s[`${p.key}_us`]), fmtPctSign((100 * s[`${p.key}_us`]) / (s.host_us || 1))]),
-    marker: { color: p.color },
-    hovertemplate: `${plotText(p.label)}: %{customdata[0]} \u00b5s (%{customdata[1]})<extra>step %{x}</extra>`,
-  }));
-  const layout = {
-    barmode: "stack",
-    font: FONT,
-    margin: { l: 56, r: 8, t: 8, b: 44 },
-    paper_bgcolor: "rgba(0,0,0,0)",
-    plot_bgcolor: "rgba(0,0,0,0)",
-    xaxis: { type: "category", title: { text: "Step" } },
-    yaxis: { title: { text: `Host time (${unit.label})` }, gridcolor: "#eceef1", rangemode: "tozero" },
-    legend: { orientation: "h", traceorder: "normal", y: 1.0, yanchor: "bottom", x: 0, font: { size: 11 } },
-    bargap: phases.steps.length < 4 ? 0.6 : 0.25,
-  };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
+  const categories = PHASES.map((p) => ({ key: `${p.key}_us`, label: p.label, color: p.color }));
+  renderStepBars(target, { steps: phases.steps, categories, totalKey: "host_us", yLabel: "Host time" });
 }
 
 function phasesTable(phases) {
