@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from serving import running_server, wait_for
+
+from .support import corpus_path, get_json, query_of, screenshot, wait_for_plot
 
 pytestmark = pytest.mark.browser
 
@@ -21,20 +23,16 @@ ICICLE_SECTORS = "g.slice path.surface"
 
 
 @pytest.fixture(scope="module")
-def modules_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def modules_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("module_runs")
     (root / "bert_h100").mkdir()
     shutil.copy(corpus_path(BERT_H100), root / "bert_h100" / "worker0.pt.trace.json.gz")
     (root / "resnet").mkdir()
     shutil.copy(corpus_path(RESNET), root / "resnet" / Path(RESNET).name)
     shutil.copytree(RECORDED / "checkpointing", root / "checkpointing")
-    work = tmp_path_factory.mktemp("module_server")
-    started = start_server([root], work / "cache", work / "server.log")
-    try:
-        started.wait_parsed()
-        yield started
-    finally:
-        started.stop()
+    with running_server([root], tmp_path_factory.mktemp("module_server") / "cache") as base:
+        wait_for(lambda: all(run["state"] == "ready" for run in get_json(f"{base}/api/runs")[1]["runs"]), timeout=120)
+        yield base
 
 
 def _row_names(page) -> list[str]:
@@ -45,12 +43,12 @@ def _row_names(page) -> list[str]:
 
 
 def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_server):
-    _, api = get_json(f"{modules_server.url}/api/modules?run=bert_h100")
+    _, api = get_json(f"{modules_server}/api/modules?run=bert_h100")
     root = api["modules"][0]
     model = next(c for c in root["children"] if c["name"] == "BertModel_0")
     encoder = next(c for c in model["children"] if c["name"] == "BertEncoder_0")
 
-    page.goto(f"{modules_server.url}/modules?run=bert_h100")
+    page.goto(f"{modules_server}/modules?run=bert_h100")
     page.get_by_test_id("module-tree-table").wait_for()
     assert _row_names(page) == [root["name"]]
     page.get_by_test_id(f"toggle-{root['id']}").click()
@@ -94,7 +92,7 @@ def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_ser
 
 
 def test_phases_chart_and_recomputation_on_a_checkpointed_training_trace(page, modules_server):
-    page.goto(f"{modules_server.url}/modules?run=checkpointing")
+    page.goto(f"{modules_server}/modules?run=checkpointing")
     assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 9  # 3 steps x data, fwd, bwd
     rows = page.get_by_test_id("phases-table").locator("tbody tr")
     assert rows.count() == 6
@@ -107,7 +105,7 @@ def test_phases_chart_and_recomputation_on_a_checkpointed_training_trace(page, m
 
 
 def test_a_trace_without_modules_says_how_to_record_them(page, modules_server):
-    page.goto(f"{modules_server.url}/modules?run=resnet")
+    page.goto(f"{modules_server}/modules?run=resnet")
     empty = page.get_by_test_id("no-modules")
     empty.wait_for()
     assert "with_modules=True" in empty.inner_text() and "with_stack=True" in empty.inner_text()
