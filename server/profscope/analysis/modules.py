@@ -384,26 +384,14 @@ def _node_starting_at(tables: TraceTables, tree: CallTree, tracks: np.ndarray, t
     events = tables.events
     node_track = np.asarray(events["track"])[tree.node_event].astype(np.int64)
     node_ts = np.asarray(events["ts_ns"])[tree.node_event]
-    order = np.lexsort((-np.asarray(events["dur_ns"])[tree.node_event], node_ts, node_track))
-    keys = np.stack([node_track[order], node_ts[order]], axis=1)
-    wanted = np.stack([tracks.astype(np.int64), times], axis=1)
-    position = _searchsorted_pairs(keys, wanted)
-    inside = position < len(order)
-    clipped = np.minimum(position, max(len(order) - 1, 0))
-    hit = inside & (node_track[order][clipped] == wanted[:, 0]) & (node_ts[order][clipped] == wanted[:, 1])
-    return np.where(hit, order[clipped] if len(order) else NO_ID, NO_ID)
-
-
-def _searchsorted_pairs(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Left insertion points of (a, b) pairs into lexicographically sorted pairs."""
-    if not len(keys):
-        return np.zeros(len(wanted), dtype=np.int64)
-    low = np.searchsorted(keys[:, 0], wanted[:, 0], side="left")
-    high = np.searchsorted(keys[:, 0], wanted[:, 0], side="right")
-    position = low.copy()
-    for i in np.flatnonzero(high > low).tolist():
-        position[i] = low[i] + np.searchsorted(keys[low[i] : high[i], 1], wanted[i, 1], side="left")
-    return position
+    # one int64 key per (track, time): times ranked first, so that track * ranks cannot overflow
+    ranks = np.unique(np.concatenate([node_ts, times]), return_inverse=True)[1].reshape(-1).astype(np.int64)
+    width = int(ranks.max(initial=0)) + 1
+    node_key = node_track * width + ranks[: len(node_ts)]
+    wanted = tracks.astype(np.int64) * width + ranks[len(node_ts) :]
+    order = np.lexsort((-np.asarray(events["dur_ns"])[tree.node_event], node_key))  # longest first per key
+    first = np.append(True, node_key[order][1:] != node_key[order][:-1])
+    return match_keys(node_key[order][first], order[first], wanted, NO_ID)
 
 
 def _subtree_totals(parent: np.ndarray, per_group: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
