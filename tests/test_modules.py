@@ -6,10 +6,13 @@ parent ids, correlation ids), independently of ``analysis/modules.py`` and ``ana
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import io
 import json
+import re
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +26,20 @@ from profscope.ingest.kineto import parse_trace, parse_trace_file
 BERT_H100 = "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 B200 = "traces/AMD-AGI_TraceLens/tests/traces/b200/eager_trace.json.gz"
+NS_RESOLUTION = "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 RECORDED = Path(__file__).resolve().parent / "data" / "modules"
+AUTOGRAD_NODE = re.compile(r"^(torch::autograd::AccumulateGrad|\w+Backward\d*)$")
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
+def _events(path: Path, exact: bool = False) -> list[dict[str, Any]]:
+    """The trace's events; ``exact``: numbers as Decimal (epoch microseconds lose 0.25 µs as floats)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as handle:
-        return [e for e in json.load(handle)["traceEvents"] if isinstance(e, dict)]
+        document = json.load(handle, parse_float=Decimal if exact else float)
+    return [e for e in document["traceEvents"] if isinstance(e, dict)]
 
 
 def _view(path: Path) -> dict[str, Any]:
@@ -301,3 +308,62 @@ def test_lightning_module_events_make_the_tree_when_there_are_no_nn_module_event
     ]
     (step,) = view["phases"]["steps"]
     assert (step["host_us"], step["forward_us"], step["other_us"]) == (1000.0, 800.0, 200.0)
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def _holds(merged: list[tuple[float, float]], point: float) -> bool:
+    index = bisect.bisect_right([a for a, _ in merged], point) - 1
+    return index >= 0 and point < merged[index][1]
+
+
+def test_device_phases_of_a_gpu_training_step_match_a_hand_computation() -> None:
+    """HTA's ns-resolution training trace (with ``## forward ##`` / ``## backward ##`` / ``## optimizer ##``
+    annotations): kernels by the phase of the op that launched them."""
+    events = _events(corpus_file(NS_RESOLUTION), exact=True)
+    timed = [e for e in events if e.get("ph") == "X"]
+    by_thread: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for event in timed:
+        name, span = event["name"], (event["ts"], event["ts"] + event["dur"])
+        if name.startswith("Optimizer.") or name == "## optimizer ##":
+            by_thread[(event["pid"], event["tid"])]["optimizer"].append(span)
+        elif (
+            name.startswith("autograd::engine::evaluate_function")
+            or AUTOGRAD_NODE.match(name)
+            or name == "## backward ##"
+        ):
+            by_thread[(event["pid"], event["tid"])]["backward"].append(span)
+    marks = {thread: {phase: _merged(spans) for phase, spans in phases.items()} for thread, phases in by_thread.items()}
+    runtime = {e["args"]["correlation"]: e for e in timed if e.get("cat") == "cuda_runtime"}
+    steps = sorted((e for e in timed if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    kernels: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    for event in timed:
+        call = runtime.get(event.get("args", {}).get("correlation")) if event.get("cat") in DEVICE_CATS else None
+        if call is None:
+            continue
+        step = [
+            i for i, s in enumerate(steps) if s["ts"] <= call["ts"] and call["ts"] + call["dur"] <= s["ts"] + s["dur"]
+        ]
+        thread = marks.get((call["pid"], call["tid"]), {})
+        phase = next((p for p in ("optimizer", "backward") if _holds(thread.get(p, []), call["ts"])), "rest")
+        if step:
+            kernels[(step[0], phase)].append((event["ts"], event["ts"] + event["dur"]))
+    rows = _view(corpus_file(NS_RESOLUTION))["phases"]["steps"]
+    assert len(rows) == len(steps) == 5
+    for index, row in enumerate(rows):
+        optimizer = _merged(kernels[(index, "optimizer")])
+        backward = _merged(kernels[(index, "backward")])
+        backward_only = sum(
+            b - a - sum((max(Decimal(0), min(b, d) - max(a, c)) for c, d in optimizer), Decimal(0)) for a, b in backward
+        )
+        assert row["device_optimizer_us"] == pytest.approx(float(sum(b - a for a, b in optimizer)), abs=0.002)
+        assert row["device_backward_us"] == pytest.approx(float(backward_only), abs=0.002)
+        assert row["device_backward_us"] > row["device_forward_us"] > 0

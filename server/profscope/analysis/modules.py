@@ -17,6 +17,7 @@ import numpy as np
 
 from profscope.analysis import name_rules
 from profscope.analysis.arrays import lookup, match_keys
+from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
 from profscope.analysis.context import TraceContext
@@ -361,37 +362,10 @@ def _move_recomputation_to_backward(
 
 def _backward_links(tables: TraceTables, tree: CallTree, innermost: Innermost) -> tuple[np.ndarray, np.ndarray]:
     """For each backward op (``fwdbwd`` flow finish): the occurrence of its forward op, and its call-tree node."""
-    flows = tables.table("flows")
-    cat_id = tables.strings.lookup("fwdbwd")
-    if cat_id < 0 or not len(flows["flow_id"]):
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    is_link = np.asarray(flows["cat"]) == cat_id
-    phase, flow_id = np.asarray(flows["phase"])[is_link], np.asarray(flows["flow_id"])[is_link]
-    flow_ts, flow_track = np.asarray(flows["ts_ns"])[is_link], np.asarray(flows["track"])[is_link]
-    start, finish = np.flatnonzero(phase == 0), np.flatnonzero(phase == 2)
-    start = start[np.unique(flow_id[start], return_index=True)[1]]
-    forward_of = match_keys(flow_id[start], start, flow_id[finish], NO_ID)
-    paired = forward_of >= 0
-    finish, forward_of = finish[paired], forward_of[paired]
-    owner = innermost.of(flow_track[forward_of], flow_ts[forward_of])
-    backward_node = _node_starting_at(tables, tree, flow_track[finish], flow_ts[finish])
-    keep = backward_node >= 0
-    return owner[keep], backward_node[keep]
-
-
-def _node_starting_at(tables: TraceTables, tree: CallTree, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """The outermost call-tree node that starts at each (track, time), NO_ID if none."""
-    events = tables.events
-    node_track = np.asarray(events["track"])[tree.node_event].astype(np.int64)
-    node_ts = np.asarray(events["ts_ns"])[tree.node_event]
-    # one int64 key per (track, time): times ranked first, so that track * ranks cannot overflow
-    ranks = np.unique(np.concatenate([node_ts, times]), return_inverse=True)[1].reshape(-1).astype(np.int64)
-    width = int(ranks.max(initial=0)) + 1
-    node_key = node_track * width + ranks[: len(node_ts)]
-    wanted = tracks.astype(np.int64) * width + ranks[len(node_ts) :]
-    order = np.lexsort((-np.asarray(events["dur_ns"])[tree.node_event], node_key))  # longest first per key
-    first = np.append(True, node_key[order][1:] != node_key[order][:-1])
-    return match_keys(node_key[order][first], order[first], wanted, NO_ID)
+    links = fwdbwd_links(tables, tree)
+    keep = links.backward_node >= 0
+    owner = innermost.of(links.forward_track[keep], links.forward_ts[keep])
+    return owner, links.backward_node[keep]
 
 
 def _subtree_totals(parent: np.ndarray, per_group: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

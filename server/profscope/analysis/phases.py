@@ -1,17 +1,12 @@
 """Model phases: per training step, the time in data loading, forward, backward, optimizer and other
 (``docs/definitions.md`` §9.2), the way Paddle's Model Summary splits a step.
 
-- a phase's host events: data loading = ``enumerate(DataLoader)#…`` / ``enumerate(DataPipe)#…``;
-  optimizer = ``Optimizer.…#…`` (step and zero_grad); backward = ``autograd::engine::evaluate_function: …``;
-  forward = ``nn.Module`` python_function events and Lightning ``[pl][module]`` events; an annotation
-  ``## forward ##`` (``## backward ##``, ``## optimizer ##``, ``## dataloader ##``) marks its phase too;
-- host: within each ``ProfilerStep`` window, the wall time covered by a phase's events on any thread;
-  where phases overlap, the first of data loading, optimizer, backward, forward takes the time; other =
-  the rest of the step, so the five phases sum to the step;
-- device: a kernel / memcpy / memset belongs to the step whose host window holds its launching runtime
-  call, and to the first phase (same order) whose events enclose that call on its thread; a phase's
-  device time is the wall time its activities cover, minus what earlier phases cover; device other =
-  the rest of the step's device busy time, so device phases sum to the busy time.
+A phase is marked by events (data loading: ``enumerate(DataLoader)#…``; optimizer: ``Optimizer.…#…``; backward:
+``autograd::engine::evaluate_function: …`` and autograd nodes ``…Backward``; forward: ``nn.Module`` and Lightning
+module events and the forward ops of ``fwdbwd`` flows; ``## forward ##``-style annotations). Host: the wall time
+the events cover in the step, overlaps going to the first of data loading, optimizer, backward, forward; device:
+the activities launched from inside each phase's events on their thread. Both sum to the step (busy time on the
+device) with "other".
 """
 
 from __future__ import annotations
@@ -22,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
+from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.steps import Steps
 from profscope.tables import Kind, TraceTables
 
 PHASES = ("dataloader", "optimizer", "backward", "forward")  # the order that settles overlaps
 NO_STEPS = "This trace has no ProfilerStep#N events, so it has no steps to split into phases."
+_AUTOGRAD_NODE = re.compile(r"^(torch::autograd::AccumulateGrad|[A-Za-z0-9_]+Backward\d*)$")  # old traces
 _ANNOTATION = re.compile(r"^##\s*(forward|backward|optimizer|dataloader)\s*##$", re.IGNORECASE)
 
 
@@ -39,7 +36,7 @@ def _phase_of_name(name: str) -> str | None:
         return "dataloader"
     if name_rules.is_optimizer(name):
         return "optimizer"
-    if name.startswith("autograd::engine::evaluate_function"):
+    if name.startswith("autograd::engine::evaluate_function") or _AUTOGRAD_NODE.match(name):
         return "backward"
     if name.startswith("nn.Module: ") or name.startswith("[pl][module]"):
         return "forward"
@@ -68,6 +65,8 @@ def model_phases(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str,
     end = ts + np.asarray(events["dur_ns"])
     track = np.asarray(events["track"])
     rows = phase_rows(tables)
+    forward_ops = fwdbwd_links(tables, tree).forward_node
+    rows["forward"] = np.union1d(rows["forward"], tree.node_event[forward_ops[forward_ops >= 0]])
     host_sets = {phase: intervals.merge(ts[r], end[r]) for phase, r in rows.items()}
     device_phase, device_step, device_rows = _device_phase_and_step(tables, tree, steps, rows, ts, end, track)
     result_steps = []
