@@ -242,9 +242,11 @@ def test_phases_of_a_cpu_training_step_match_a_hand_computation() -> None:
         assert row["backward_us"] > 0 and row["forward_us"] > 0 and row["dataloader_us"] > 0
 
 
-@pytest.mark.parametrize("relative", [TINYGPT, BERT_H100])
-def test_phases_sum_to_the_step(relative: str) -> None:
-    phases = _view(corpus_file(relative))["phases"]
+@pytest.mark.parametrize(
+    "name", [TINYGPT, BERT_H100, NS_RESOLUTION, "recorded:nested", "recorded:training", "recorded:checkpointing"]
+)
+def test_phases_sum_to_the_step(name: str) -> None:
+    phases = _view(_trace(name))["phases"]
     assert phases["applies"] and phases["steps"]
     for row in [*phases["steps"], phases["average"]]:
         host = sum(row[f"{p}_us"] for p in ("dataloader", "forward", "backward", "optimizer", "other"))
