@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import lookup, match_keys
+from profscope.analysis.arrays import depths, lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -202,7 +202,7 @@ def _node_sums(
     device_total = device_self.copy()
     tc_total = tc_self.copy()
     tree_parent = np.where(has_live_parent, node_parent, ROOT)
-    depth = _depths(tree_parent)
+    depth = depths(tree_parent)
     for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first, so sums flow to the roots
         nodes = np.flatnonzero(depth == level)
         parents = tree_parent[nodes]
@@ -218,18 +218,6 @@ def _node_sums(
         "tc_total": tc_total,
         "tc_eligible": tc_eligible,
     }
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every node of a forest given as parent indices (-1 for roots)."""
-    depth = np.zeros(len(parent), dtype=np.int64)
-    ancestor = parent.copy()
-    climbing = ancestor >= 0
-    while climbing.any():
-        depth[climbing] += 1
-        ancestor[climbing] = parent[ancestor[climbing]]
-        climbing = ancestor >= 0
-    return depth
 
 
 def _nest(

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import lookup, match_keys
+from profscope.analysis.arrays import depths, lookup, match_keys
 from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
@@ -65,7 +65,10 @@ def _nn_module_occurrences(tables: TraceTables) -> Occurrences | None:
     parent = _python_parents(python)
     module_parent = _nearest_marked_ancestor(parent, is_module)
     module_python = np.flatnonzero(is_module)
-    module_python = module_python[np.argsort(np.asarray(tables.events["ts_ns"])[events[module_python]], kind="stable")]
+    starts = np.asarray(tables.events["ts_ns"])[events[module_python]]
+    durations = np.asarray(tables.events["dur_ns"])[events[module_python]]
+    depth = depths(module_parent)[module_python]
+    module_python = module_python[np.lexsort((depth, -durations, starts))]  # a parent before its children
     renumber = np.full(len(events), NO_ID, dtype=np.int64)
     renumber[module_python] = np.arange(len(module_python))
     instance_names = [tables.strings[int(n)][len(MODULE_PREFIX) :] for n in names[module_python]]
