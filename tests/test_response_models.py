@@ -53,6 +53,8 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/kernels", {"run": "gpu"}),
     ("GET", "/api/kernels", {"run": "gpu", "group_by": "kernel_op"}),
     ("GET", "/api/kernels", {"run": "cpu"}),
+    ("GET", "/api/modules", {"run": "cpu"}),
+    ("GET", "/api/modules", {"run": "gpu"}),
     ("GET", "/api/memory", {"run": "gpu"}),
     ("GET", "/api/memory", {"run": "cpu"}),
     ("GET", "/api/memory/snapshot", {"run": "gpu"}),

@@ -37,7 +37,7 @@ def test_a_bucket_serves_what_local_disk_serves(
     with running_server([bucket.uri("runs")], tmp_path / "cache") as base:  # type: ignore[list-item]
         runs = runs_when_parsed(base, len(TRACES))
         assert snapshot(base, runs) == local_snapshot
-        assert local_snapshot["resnet"]["views"] == ["overview", "operators", "kernels", "memory", "diff", "trace"]
+        assert local_snapshot["resnet"]["views"] == ["overview", "operators", "kernels", "modules", "memory", "diff", "trace"]
         (root,) = httpx.get(f"{base}/api/runs").json()["roots"]
         assert root["root"] == bucket.uri("runs") and root["error"] is None and root["objects"] == 5
 
@@ -86,7 +86,7 @@ def test_a_changed_object_is_read_again_and_a_deleted_one_disappears(
         bucket.put("runs/job/worker0.1.pt.trace.json.gz", resnet.read_bytes())  # overwritten in place
         wait_for(lambda: _payload(base, "job", "1") == expected["resnet"], timeout=90, interval=0.3)
         run = runs_when_parsed(base, 1)["job"]
-        assert run["views"] == ["overview", "operators", "kernels", "memory", "diff", "trace"]
+        assert run["views"] == ["overview", "operators", "kernels", "modules", "memory", "diff", "trace"]
         assert _payload(base, "job", "2") == expected["tinygpt"]
 
         bucket.delete("runs/job/worker0.2.pt.trace.json.gz")

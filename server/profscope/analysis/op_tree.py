@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import group_ids
-from profscope.analysis.call_tree import CallTree, _depths
+from profscope.analysis.arrays import depths, group_ids
+from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
 from profscope.tables import Kind, TraceTables
@@ -54,7 +54,7 @@ def fold_call_tree(tables: TraceTables, tree: CallTree) -> dict[str, list[Any]]:
     name_id = np.asarray(events["name"])[tree.node_event].astype(np.int64)
     is_step = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
     name_key = np.where(is_step[name_id], STEP_KEY, name_id)
-    depth = _depths(tree.parent) if len(tree.parent) else np.zeros(0, np.int64)
+    depth = depths(tree.parent) if len(tree.parent) else np.zeros(0, np.int64)
     folded_of = np.full(len(name_key), -1, dtype=np.int64)
     folded = _Folded()
     node_times = {

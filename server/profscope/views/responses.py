@@ -140,6 +140,88 @@ class Overview(TraceIdent):
     steps_from_profiler_steps: bool
 
 
+# ---- modules ------------------------------------------------------------------------------------
+class ModuleFrame(Strict):
+    text: str
+    path: str | None = None
+    line: int | None = None
+    func: str | None = None
+    href: str | None = None
+    external: str | None = None
+
+
+class ModuleFirst(Strict):
+    event: int
+    track: int
+    ts_us: Number
+    dur_us: Number
+
+
+class ModuleOperator(Strict):
+    name: str
+    calls: int
+    host_us: Number
+    device_us: Number
+
+
+class ModuleKernel(Strict):
+    name: str
+    calls: int
+    device_us: Number
+
+
+class ModuleRow(Strict):
+    id: int
+    name: str
+    type: str
+    parent: int
+    occurrences: int
+    recomputations: int
+    operators: int
+    host_total_us: Number
+    host_self_us: Number
+    device_total_us: Number
+    device_self_us: Number
+    backward_host_us: Number
+    backward_device_us: Number
+    first: ModuleFirst
+    frame: ModuleFrame | None
+    top_operators: list[ModuleOperator]
+    top_kernels: list[ModuleKernel]
+    children: list[ModuleRow]
+
+
+class PhaseTimes(Strict):
+    step: str
+    host_us: Number
+    dataloader_us: Number
+    optimizer_us: Number
+    backward_us: Number
+    forward_us: Number
+    other_us: Number
+    device_busy_us: Number
+    device_dataloader_us: Number
+    device_optimizer_us: Number
+    device_backward_us: Number
+    device_forward_us: Number
+    device_other_us: Number
+
+
+class Phases(Strict):
+    applies: bool
+    reason: str | None
+    steps: list[PhaseTimes]
+    average: PhaseTimes | None
+
+
+class Modules(TraceIdent):
+    applies: bool
+    reason: str | None
+    source: str | None
+    modules: list[ModuleRow]
+    phases: Phases
+
+
 # ---- operators and kernels ----------------------------------------------------------------------
 class TableCounts(Strict):
     total_rows: int

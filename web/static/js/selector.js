@@ -6,7 +6,7 @@ import { emptyState, errorBox, progressBar } from "./status.js";
 import { readParams, withQuery } from "./urlstate.js";
 
 // Parameters that name a row of one trace: dropped when the trace changes.
-const TRACE_LOCAL_PARAMS = ["stack", "shape"];
+const TRACE_LOCAL_PARAMS = ["stack", "shape", "module", "expanded"];
 
 /** A run that holds memory snapshots or memory.log files and no trace: only Memory applies. */
 const onlyMemoryFiles = (runInfo) =>

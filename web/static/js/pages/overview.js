@@ -1,9 +1,9 @@
 // Overview: environment, GPU summary, step time breakdown, averages, notes and recommendations.
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, plotly, plotText, renderPie } from "../charts.js";
+import { renderPie, renderStepBars } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtDuration, fmtFixed2, fmtGB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
+import { DASH, fmtDuration, fmtFixed2, fmtGB, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { withQuery } from "../urlstate.js";
 
@@ -139,34 +139,11 @@ function presentCategories(data) {
 }
 
 function drawStepChart(target, data, selection) {
-  const categories = presentCategories(data);
-  const unit = timeUnit(Math.max(...data.steps.map((s) => s.total_us), 0));
-  const x = data.steps.map((s) => String(s.step));
-  const traces = categories.map((c) => ({
-    type: "bar",
-    name: c.label,
-    x,
-    y: data.steps.map((s) => (s[c.key] || 0) / unit.divisor),
-    customdata: data.steps.map((s) => [fmtUs(s[c.key] || 0), fmtPctSign((100 * (s[c.key] || 0)) / (s.total_us || 1))]),
-    marker: { color: c.color },
-    hovertemplate: `${plotText(c.label)}: %{customdata[0]} \u00b5s (%{customdata[1]})<extra>step %{x}</extra>`,
-  }));
-  const layout = {
-    barmode: "stack",
-    font: FONT,
-    margin: { l: 56, r: 8, t: 8, b: 44 },
-    paper_bgcolor: "rgba(0,0,0,0)",
-    plot_bgcolor: "rgba(0,0,0,0)",
-    xaxis: { type: "category", title: { text: "Step" }, tickfont: { size: 11 } },
-    yaxis: { title: { text: `Time (${unit.label})` }, gridcolor: "#eceef1", rangemode: "tozero", tickformat: ",~r" },
-    legend: { orientation: "h", traceorder: "normal", y: 1.0, yanchor: "bottom", x: 0, font: { size: 11 } },
-    hovermode: "closest",
-    bargap: data.steps.length < 4 ? 0.6 : 0.25,
-  };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
-  target.on("plotly_click", (event) => {
-    const step = data.steps[event.points?.[0]?.pointIndex];
-    if (step) location.assign(traceLink(selection, step));
+  renderStepBars(target, {
+    steps: data.steps,
+    categories: presentCategories(data),
+    totalKey: "total_us",
+    onSelect: (step) => location.assign(traceLink(selection, step)),
   });
 }
 
