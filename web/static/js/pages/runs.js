@@ -145,19 +145,13 @@ function errorRow(run) {
   );
 }
 
-const VIEW_LABELS = {
-  overview: "Overview",
-  operators: "Operator",
-  kernels: "Kernel",
-  memory: "Memory",
-  distributed: "Distributed",
-  trace: "Trace",
-};
+/** A view's label as the nav shows it: the views registry (views/registry.py) names both. */
+const viewLabel = (view) => document.querySelector(`a[data-nav="${view}"]`)?.textContent.trim() || view;
 
 function viewLinks(run) {
   if (!run.workers?.length && !run.snapshots?.length && !run.memory_logs?.length) return null;
   const links = (run.views || []).map((view) =>
-    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: VIEW_LABELS[view] || view }),
+    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: viewLabel(view) }),
   );
   return el("div", { class: "view-links" }, links.flatMap((link, i) => (i ? [" \u00b7 ", link] : [link])));
 }
