@@ -14,8 +14,11 @@ Layout rules (what people really have):
   in a rank folder (``memory_trace/rank0_dp0_tp0/memory.log``) the folder is the worker and its parent
   the run, so InternLM's ``memory_trace/`` stands as a run of its own; elsewhere the worker is the rank
   in the folder's name, else the folder's name;
-- files that are clearly not kineto traces (Nsight exports) are listed with the reason they are
-  not read as traces.
+- Nsight Systems SQLite exports (``*.sqlite``) are traces of their own kind (``NSYS``), named like the
+  others: a rank folder, ``rank3`` in the name (``megatron_rank3.sqlite``), or, when every export of a
+  folder is one prefix plus a number (``-o prof_%q{RANK}`` gives ``prof_0.sqlite``, ``prof_1.sqlite``),
+  that number as the rank; whether the file really is an export is the parser's to say (by content);
+- Nsight reports (``.nsys-rep``, ``.qdrep``) are listed with how to export them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import PurePosixPath
 
 from profscope.ingest.kineto import PARSER_VERSION
 from profscope.ingest.memory_log import MEMORY_LOG_PARSER_VERSION
+from profscope.ingest.nsys import EXPORT_HINT, NSYS_PARSER_VERSION
 from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
 from profscope.sources.base import ObjectInfo
 
@@ -35,12 +39,14 @@ _PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
 _RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
 _MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-TRACE, SNAPSHOT, MEMORY_LOG = "trace", "snapshot", "memory_log"
+_NSYS_EXPORT = re.compile(r"\.sqlite$")
+_NUMBERED_STEM = re.compile(r"^(?P<prefix>.*?[_.-])(?P<number>\d+)$")
+TRACE, SNAPSHOT, MEMORY_LOG, NSYS = "trace", "snapshot", "memory_log", "nsys"
+TABLE_KINDS = (TRACE, NSYS)  # files parsed into event tables: every trace view reads them
 MEMORY_LOG_NAME = "memory.log"
 _NOT_TRACES = {
-    ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
-    ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
-    ".qdrep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
+    ".nsys-rep": f"an Nsight Systems report: {EXPORT_HINT}",
+    ".qdrep": f"an Nsight Systems report: {EXPORT_HINT}",
 }
 _TRACE_LIKE = re.compile(r"\.(json|json\.gz|raw\.gz)$")
 DEFAULT_SPAN = "default"
@@ -54,7 +60,7 @@ class TraceFile:
     worker: str
     span: str
     refusal: str | None = None  # set when the file is listed but not read as a trace
-    kind: str = TRACE  # or SNAPSHOT (a CUDA allocator snapshot) or MEMORY_LOG: read by the Memory view
+    kind: str = TRACE  # or NSYS (an Nsight Systems export), SNAPSHOT or MEMORY_LOG (read by the Memory view)
 
     @property
     def key(self) -> str:
@@ -65,6 +71,7 @@ class TraceFile:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
             TRACE: PARSER_VERSION,
+            NSYS: f"nsys{NSYS_PARSER_VERSION}",
             SNAPSHOT: f"snapshot{SNAPSHOT_PARSER_VERSION}",
             MEMORY_LOG: f"memorylog{MEMORY_LOG_PARSER_VERSION}",
         }[self.kind]
@@ -78,7 +85,7 @@ class Run:
     files: list[TraceFile] = field(default_factory=list)
 
     def traces(self) -> list[TraceFile]:
-        return [f for f in self.files if f.refusal is None and f.kind == TRACE]
+        return [f for f in self.files if f.refusal is None and f.kind in TABLE_KINDS]
 
     def snapshots(self) -> list[TraceFile]:
         """Allocator snapshots, by worker then name (``span`` holds the snapshot's name)."""
@@ -198,6 +205,19 @@ def classify_snapshot(key: str) -> tuple[str, str, str] | None:
     return folder, f"rank{rank.group(1)}" if rank else path.stem, path.stem
 
 
+def classify_nsys(key: str) -> tuple[str, str, str] | None:
+    """(run folder, worker, span) of an Nsight Systems SQLite export, or None when the key is not one."""
+    path = PurePosixPath(key)
+    if not _NSYS_EXPORT.search(path.name.lower()):
+        return None
+    folder = str(path.parent) if str(path.parent) != "." else ""
+    if _RANK_FOLDER.match(path.parent.name):
+        run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
+        return run_folder, path.parent.name, path.stem
+    rank = _RANK_IN_NAME.search(path.stem)
+    return folder, f"rank{rank.group(1)}" if rank else path.stem, DEFAULT_SPAN
+
+
 def classify_memory_log(key: str) -> tuple[str, str, str] | None:
     """(run folder, worker, file name) of an InternLM memory.log, or None when the key is not one."""
     path = PurePosixPath(key)
@@ -230,9 +250,12 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
         for info in objects:
             kind = TRACE
             found = classify(info.key)
-            snapshot = classify_snapshot(info.key) if found is None else None
+            nsys = classify_nsys(info.key) if found is None else None
+            snapshot = classify_snapshot(info.key) if found is None and nsys is None else None
             memory_log = classify_memory_log(info.key) if found is None and snapshot is None else None
-            if snapshot is not None:
+            if nsys is not None:
+                kind, found = NSYS, (*nsys, None)
+            elif snapshot is not None:
                 kind, found = SNAPSHOT, (*snapshot, None)
             elif memory_log is not None:
                 kind, found = MEMORY_LOG, (*memory_log, None)
@@ -247,8 +270,26 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
                 TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal, kind=kind)
             )
     for run in runs.values():
+        _rank_numbered_exports(run)
         _make_spans_unique(run)
     return dict(sorted(runs.items()))
+
+
+def _rank_numbered_exports(run: Run) -> None:
+    """``prof_0.sqlite``, ``prof_1.sqlite``, ... (``nsys -o prof_%q{RANK}``): the number is the rank.
+
+    Only when every export of the run without a rank in its name is the same prefix plus a distinct
+    number: a lone ``report_1234.sqlite`` (``%p``, a pid) keeps its name.
+    """
+    unnamed = [f for f in run.files if f.kind == NSYS and not f.worker.startswith("rank")]
+    numbered = [_NUMBERED_STEM.match(f.worker) for f in unnamed]
+    if len(unnamed) < 2 or not all(numbered):
+        return
+    prefixes = {m.group("prefix") for m in numbered if m}
+    numbers = [int(m.group("number")) for m in numbered if m]
+    if len(prefixes) == 1 and len(set(numbers)) == len(numbers):
+        for export, number in zip(unnamed, numbers, strict=True):
+            export.worker = f"rank{number}"
 
 
 def _make_spans_unique(run: Run) -> None:
