@@ -76,7 +76,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         lambda s: (
             s in rules.EXCLUDED_OPERATOR_NAMES
             or rules.is_optimizer(s)
-            or rules.is_profiler_step(s)
+            or rules.is_step_range(s)
             or rules.is_dataloader(s)
         ),
     )

@@ -494,7 +494,7 @@ def _step_breakdown(
     else:
         name = np.asarray(events["name"])
         excluded = rules.string_mask(
-            tables.strings, lambda s: rules.is_comm_op(s) or rules.is_dataloader(s) or rules.is_profiler_step(s)
+            tables.strings, lambda s: rules.is_comm_op(s) or rules.is_dataloader(s) or rules.is_step_range(s)
         )
         compute = np.isin(kind, HOST_OP_KINDS) & ~excluded[name]
     computation = intervals.merge(ts[compute], end[compute])

@@ -108,6 +108,26 @@ def is_profiler_step(name: str) -> bool:
     return name.startswith(PROFILER_STEP_PREFIX)
 
 
+# Ranges people wrap training steps in when there is no ProfilerStep#N (Nsight Systems runs, NVTX or
+# record_function): "iteration 12", "iteration12", "iter_3", "step 7", "train_step 4", "Batch 0".
+_STEP_RANGE = re.compile(
+    r"^(?:iteration|iter|step|train[ _]?step|training[ _]?step|batch)(?:[ _#:=-]*(?:num|no|number)\.?)?[ _#:=-]*(\d+)$",
+    re.IGNORECASE,
+)
+
+
+def step_range_number(name: str) -> str | None:
+    """The step number of a ``ProfilerStep#N`` or step-like range name, else None."""
+    if is_profiler_step(name):
+        return name[len(PROFILER_STEP_PREFIX) :]
+    found = _STEP_RANGE.match(name)
+    return found.group(1) if found else None
+
+
+def is_step_range(name: str) -> bool:
+    return step_range_number(name) is not None
+
+
 def is_dataloader(name: str) -> bool:
     return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
         "enumerate(DataPipe)#"

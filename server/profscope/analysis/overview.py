@@ -34,7 +34,7 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     comm_kernel = communication_device_rows(tables, tree)
     comm_op_name = rules.string_mask(strings, rules.is_comm_op)
     dataloader_name = rules.string_mask(strings, rules.is_dataloader)
-    step_name = rules.string_mask(strings, rules.is_profiler_step)
+    step_name = rules.string_mask(strings, rules.is_step_range)
     host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
     masks = {

@@ -13,7 +13,8 @@ numpy columns; strings are interned once per distinct value, never per row. What
   time); ``emit_nvtx`` texts (``aten::mm, seq = 12, op_id = 34, sizes = [[2, 3], [3, 4]]``) become
   operators named ``aten::mm`` with their shapes and sequence number; marks -> instants;
 - CUDA synchronization records -> SYNC events on their stream;
-- ``CUDA_GPU_MEMORY_USAGE_EVENTS`` -> the ``memory`` table (allocations positive, frees negative);
+- ``CUDA_GPU_MEMORY_USAGE_EVENTS`` -> the ``memory`` table (allocations positive, frees negative, the
+  running total per device as allocated and reserved bytes);
 - ``TARGET_INFO_GPU`` -> ``deviceProperties``; the session start -> ``baseTimeNanoseconds``.
 
 Tables and columns differ across nsys versions: a missing optional table is skipped (and the page
@@ -492,7 +493,11 @@ def _has_space(names: np.ndarray) -> np.ndarray:
 
 
 def _read_memory_usage(builder: _Builder) -> None:
-    """GPU memory allocations and frees (``--cuda-memory-usage=true``): bytes signed, running total per device."""
+    """GPU memory allocations and frees (``--cuda-memory-usage=true``): bytes signed, running total per device.
+
+    nsys sees CUDA's allocations (cudaMalloc, memory pools): for PyTorch that is the caching allocator's
+    reserved memory, so the running total is both the allocated and the reserved curve.
+    """
     table = "CUDA_GPU_MEMORY_USAGE_EVENTS"
     export = builder.export
     if not export.has(table):
@@ -515,7 +520,7 @@ def _read_memory_usage(builder: _Builder) -> None:
             "addr": rows["addr"],
             "bytes": signed,
             "total_allocated": total,
-            "total_reserved": np.full(len(signed), NO_ID),
+            "total_reserved": total,
             "device_type": np.full(len(signed), _CUDA_DEVICE_TYPE),
             "device_id": rows["device"],
         }
