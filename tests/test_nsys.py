@@ -136,6 +136,20 @@ def test_runtime_calls_link_their_kernels_as_sql_joins_them(parsed: tuple[Path, 
     assert int((tree.device_runtime[kernel] >= 0).sum()) == linked > 0
 
 
+def test_syncs_sit_on_the_gpu_their_process_ran_kernels_on(parsed: tuple[Path, TraceTables]) -> None:
+    path, tables = parsed
+    if not _has_table(path, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+        return
+    device_of_pid = dict(
+        _sql(path, "SELECT (globalPid >> 24) & 16777215, MIN(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1")
+    )
+    syncs = _of_kind(tables, Kind.SYNC)
+    assert len(syncs) == _sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")[0][0]
+    pids = np.asarray(tables.events["correlation"])[syncs] >> 32
+    devices = [int(tables.tracks[int(t)].pid) for t in np.asarray(tables.events["track"])[syncs]]
+    assert devices == [device_of_pid[int(p)] for p in pids]
+
+
 def test_device_properties_come_from_target_info_gpu(parsed: tuple[Path, TraceTables]) -> None:
     path, tables = parsed
     if not _has_table(path, "TARGET_INFO_GPU"):

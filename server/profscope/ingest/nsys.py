@@ -62,6 +62,7 @@ _COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
 _MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
                  6: "Managed Static"}  # fmt: skip
 _SYNC_KINDS = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+_NO_STREAM = (-1, (1 << 32) - 1)  # streamId of records that belong to no stream (event syncs)
 _CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA, as in kineto's [memory] events
 
 
@@ -174,11 +175,12 @@ class _Builder:
         return np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
 
     def stream_tracks(self, devices: np.ndarray, streams: np.ndarray) -> np.ndarray:
+        """Track of every row's (device, stream); labelled ``GPU d`` so that sync-only streams group with it."""
         pairs, inverse = np.unique(np.stack([devices, streams]), axis=1, return_inverse=True)
-        ids = [
-            self.track(str(device), f"stream {stream}", process_name=f"GPU {device}", thread_name=f"stream {stream}")
-            for device, stream in pairs.T.tolist()
-        ]
+        ids = []
+        for device, stream in pairs.T.tolist():
+            name = "stream none (event syncs)" if stream in _NO_STREAM else f"stream {stream}"
+            ids.append(self.track(str(device), name, process_name=f"GPU {device}", process_labels=f"GPU {device}"))
         return np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
 
     def warn(self, message: str, count: int = 1) -> None:
@@ -360,12 +362,30 @@ def _read_memset(builder: _Builder) -> None:
 
 
 def _read_sync(builder: _Builder) -> None:
+    """Synchronization records, on the GPU of their stream.
+
+    Their ``deviceId`` is not the stream's device (exports of a 2-GPU job write 0 for both processes'
+    records), so the device is the one the same process ran kernels on in that stream, else the device of
+    most of the process's kernels (event syncs have no stream: ``streamId`` 2**32 - 1).
+    """
     table = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     export = builder.export
     if not export.has(table):
         return
+    device = "s.deviceId"
+    joins = ""
+    if export.has("CUPTI_ACTIVITY_KIND_KERNEL"):
+        kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+        device = "COALESCE(d.device, p.device, s.deviceId)"
+        joins = (
+            f"LEFT JOIN (SELECT globalPid, streamId, MIN(deviceId) AS device FROM {kernels} "
+            "GROUP BY globalPid, streamId) d ON d.globalPid = s.globalPid AND d.streamId = s.streamId "
+            f"LEFT JOIN (SELECT globalPid, deviceId AS device, MAX(n) FROM (SELECT globalPid, deviceId, COUNT(*) AS n "
+            f"FROM {kernels} GROUP BY globalPid, deviceId) GROUP BY globalPid) p ON p.globalPid = s.globalPid"
+        )
     rows = export.query(
-        f"SELECT {_device_columns(export, table)}, COALESCE(syncType, 0) FROM {table}",
+        f'SELECT s."start", s."end", COALESCE({device}, -1), COALESCE(s.streamId, -1), '
+        f"COALESCE(s.correlationId, -1), COALESCE(s.globalPid, 0), COALESCE(s.syncType, 0) FROM {table} s {joins}",
         {**_DEVICE_DTYPES, "sync_type": "i8"},
     )
     kinds, inverse = np.unique(rows["sync_type"], return_inverse=True)
