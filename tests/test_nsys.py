@@ -382,3 +382,17 @@ def test_memory_view_of_gpu_memory_usage(served: str) -> None:
     body = _get(served, "/api/memory", run="graph")
     assert body["devices"] == ["GPU0"] and body["peak_allocated_bytes"] == 3 << 20
     assert body["curve_reason"] is None and max(point[1] for point in body["curve"]) == 3 << 20
+
+
+def test_overview_steps_from_a_picked_range(served: str) -> None:
+    automatic = _get(served, "/api/overview", run="job", worker="rank0")
+    assert automatic["step_ranges"] == [{"name": "ncclAllReduce", "count": 3}]  # "iteration N" occur once each
+    picked = _get(served, "/api/overview", run="job", worker="rank0", step_range="ncclAllReduce")
+    assert picked["step_range"] == "ncclAllReduce" and [s["step"] for s in picked["steps"]] == ["1", "2", "3"]
+    # host range 120 µs after each iteration start, re-timed to the end of the all-reduce it launched (at 6.3 ms);
+    # the first starts at the end of the GEMM launched before it (3.2 ms: device work before the first step)
+    assert [s["total_us"] for s in picked["steps"]] == pytest.approx([4100.0, 6180.0, 6180.0])
+    again = _get(served, "/api/overview", run="job", worker="rank0", step_range="ncclAllReduce")
+    assert again == picked  # memoised, the same answer
+    missing = httpx.get(f"{served}/api/overview", params={"run": "job", "step_range": "no such range"})
+    assert missing.status_code == 404 and "no host range is named 'no such range'" in missing.json()["detail"]

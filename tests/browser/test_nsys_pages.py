@@ -70,3 +70,16 @@ def test_trace_page_draws_threads_nvtx_and_streams(page, nsys_server):
     assert drawn, "no NVTX range or API call drawn on the threads"
     assert page.evaluate(f"([i, t]) => {HOOK}.drawnSlices(i, t)", [0, tracks["stream 7"]])
     screenshot(page, "nsys-trace-fsdp")
+
+
+def test_overview_steps_from_a_range_picked_in_the_page(page, nsys_server):
+    page.goto(f"{nsys_server.url}/overview?run=job&worker=rank0")
+    picker = page.get_by_test_id("step-range")
+    picker.wait_for()
+    assert picker.input_value() == ""
+    picker.select_option("ncclAllReduce")
+    page.wait_for_url(lambda url: "step_range=ncclAllReduce" in url)
+    assert wait_for_plot(page, "#step-chart", BARS) >= 3
+    assert page.get_by_test_id("step-range").input_value() == "ncclAllReduce"
+    assert "3 ranges named 'ncclAllReduce'" in page.get_by_test_id("notes").inner_text()
+    screenshot(page, "nsys-overview-job-step-range")

@@ -13,10 +13,10 @@ import numpy as np
 
 from profscope.analysis import intervals
 from profscope.analysis import names as rules
-from profscope.analysis.call_tree import CallTree
+from profscope.analysis.call_tree import CallTree, build_call_tree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
-from profscope.analysis.steps import Steps
+from profscope.analysis.steps import Steps, find_steps
 from profscope.tables import Kind, TraceTables
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -313,7 +313,38 @@ def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[st
             else []
         ),
         "steps_from_profiler_steps": steps.from_profiler_steps,
+        "step_ranges": step_range_candidates(tables),
     }
+
+
+STEP_RANGE_CANDIDATES = 12
+
+
+def step_range_candidates(tables: TraceTables) -> list[dict[str, Any]]:
+    """Annotation ranges (NVTX, record_function) that repeat: the names a user may pick as the step.
+
+    The most frequent first; operators (``aten::``) are left out, they are no steps.
+    """
+    events = tables.events
+    rows = np.flatnonzero(np.asarray(events["kind"]) == Kind.USER_ANNOTATION)
+    names, counts = np.unique(np.asarray(events["name"])[rows], return_counts=True)
+    repeated = counts >= 2
+    order = np.lexsort((names[repeated], -counts[repeated]))
+    found = []
+    for name_id, count in zip(names[repeated][order].tolist(), counts[repeated][order].tolist(), strict=True):
+        name = tables.strings[name_id]
+        if not rules.is_profiler_step(name):
+            found.append({"name": name, "count": count})
+        if len(found) == STEP_RANGE_CANDIDATES:
+            break
+    return found
+
+
+def overview_for_step_range(tables: TraceTables, step_range: str) -> dict[str, Any]:
+    """The Overview with the ranges named ``step_range`` as the steps (ValueError when there are none)."""
+    tree = build_call_tree(tables)
+    result = build_overview(tables, tree, find_steps(tables, tree, step_range))
+    return {**result, "step_range": step_range}
 
 
 @payload("overview")

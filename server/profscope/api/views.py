@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
+from profscope.analysis.overview import overview_for_step_range
 from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
+from profscope.tables import TraceTables
 
 router = APIRouter(prefix="/api", tags=["views"])
 
@@ -35,8 +38,31 @@ def _view(request: Request, trace: TraceFile, payload: str, shape: Callable[[Any
 
 
 @router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
-def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    return _view(request, trace, "overview", lambda body: body)
+def overview(
+    request: Request,
+    trace: TraceFile = Depends(get_trace),
+    step_range: str | None = Query(
+        None,
+        description="Name of the host ranges (NVTX, record_function) to take as the steps, numbered in time order; "
+        "default: ProfilerStep#N, else ranges named like steps (`iteration N`). Candidates: `step_ranges`.",
+    ),
+) -> Response:
+    if step_range is None:
+        return _view(request, trace, "overview", lambda body: body)
+    state = get_state(request)
+    _, pending = payload_or_status(state, trace, "overview")
+    if pending is not None:
+        return pending
+    name = f"overview.step_range.{hashlib.sha1(step_range.encode()).hexdigest()[:16]}"  # memoised per range name
+    data = state.cache.read_view(trace.cache_key, name)
+    if data is None:
+        tables = TraceTables.load(state.cache.tables_dir(trace.cache_key))
+        try:
+            state.cache.write_view(trace.cache_key, name, overview_for_step_range(tables, step_range))
+        except ValueError as exc:
+            raise HTTPException(status_code=404, detail=f"{trace.key}: {exc}") from exc
+        data = state.cache.read_view(trace.cache_key, name)
+    return json_response({**_ident(trace), **orjson.loads(data or b"{}")})
 
 
 class TableQuery:
