@@ -85,6 +85,13 @@ def test_kernels_equal_sql(parsed: tuple[Path, TraceTables]) -> None:
     ours = tuple(int(kernels[c][first_row]) for c in
                  ("grid_x", "block_x", "registers_per_thread", "shared_memory", "device", "stream"))  # fmt: skip
     assert ours == first
+    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[np.isin(kernels["event"], rows)]
+    if not _has_table(path, "TARGET_INFO_GPU"):
+        assert np.isnan(blocks_per_sm).all()  # no SM count: the Kernel view shows no blocks per SM
+        return
+    expected = _sql(path, "SELECT SUM(k.gridX * k.gridY * k.gridZ * 1.0 / g.smCount) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                    "JOIN TARGET_INFO_GPU g ON g.id = k.deviceId")[0][0]  # fmt: skip
+    assert blocks_per_sm.sum() == pytest.approx(expected, rel=1e-9)
 
 
 def test_copies_and_sets_equal_sql(parsed: tuple[Path, TraceTables]) -> None:

@@ -611,7 +611,7 @@ def _session_start_ns(export: _Export) -> int | None:
     return int(row[0]) if row and isinstance(row[0], int) and row[0] > 0 else None
 
 
-def _meta(export: _Export, builder: _Builder, rank: int | None) -> dict[str, Any]:
+def _meta(export: _Export, builder: _Builder) -> dict[str, Any]:
     info = _export_info(export)
     meta: dict[str, Any] = {
         "format": "nsys",
@@ -632,8 +632,6 @@ def _meta(export: _Export, builder: _Builder, rank: int | None) -> dict[str, Any
         meta["baseTimeNanoseconds"] = start_ns
     if info.get("EXPORT_SCHEMA_VERSION"):
         meta["schemaVersion"] = info["EXPORT_SCHEMA_VERSION"]
-    if rank is not None:
-        meta["distributedInfo"] = {"rank": rank}
     return meta
 
 
@@ -651,32 +649,46 @@ def check_export(export: _Export, label: str) -> None:
         )
 
 
-def parse_nsys_file(path: Path, rank: int | None = None) -> TraceTables:
-    """Tables of one nsys SQLite export on local disk (opened read-only)."""
+def parse_nsys_file(path: Path, label: str | None = None) -> TraceTables:
+    """Tables of one nsys SQLite export on local disk (opened read-only); ``label`` names it in errors."""
+    label = label or Path(path).name
     with open(path, "rb") as head:
         if head.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-            raise NsysExportError(f"{Path(path).name} is not an SQLite database (an nsys export has the SQLite header)")
+            raise NsysExportError(f"{label} is not an SQLite database (an nsys export has the SQLite header)")
     try:
         with closing(sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro&immutable=1", uri=True)) as connection:
             export = _Export(connection)
-            check_export(export, Path(path).name)
+            check_export(export, label)
             builder = _Builder(export)
             _read_names(builder)
             for read in _READERS:
                 read(builder)
-            meta = _meta(export, builder, rank)
-            if not builder.events:
-                raise NsysExportError(f"{Path(path).name}: the export has no CUDA or NVTX events")
+            if not sum(len(chunk["ts_ns"]) for chunk in builder.events):
+                raise NsysExportError(f"{label}: the export has no CUDA or NVTX events")
+            meta = _meta(export, builder)
+            _add_blocks_per_sm(builder, meta["deviceProperties"])
             return builder.finish(meta)
     except sqlite3.DatabaseError as exc:
-        raise NsysExportError(f"{Path(path).name}: cannot read the SQLite database ({exc})") from exc
+        raise NsysExportError(f"{label}: cannot read the SQLite database ({exc})") from exc
+
+
+def _add_blocks_per_sm(builder: _Builder, devices: list[dict[str, Any]]) -> None:
+    """kineto's ``blocks per SM`` (grid blocks / the GPU's SM count), where TARGET_INFO_GPU gives the count."""
+    sm_count = {int(d["id"]): int(d["numSms"]) for d in devices if d.get("numSms")}
+    if not sm_count:
+        return
+    for chunk in builder.kernels:
+        blocks = chunk["grid_x"] * chunk["grid_y"] * chunk["grid_z"]
+        devices, row_device = np.unique(chunk["device"], return_inverse=True)
+        sms = np.array([sm_count.get(int(d), 0) for d in devices.tolist()], dtype=np.int64)[row_device.reshape(-1)]
+        known = (blocks > 0) & (sms > 0)
+        chunk["blocks_per_sm"] = np.where(known, blocks / np.maximum(sms, 1), np.nan)
 
 
 def parse_nsys(
     raw: IO[bytes],
     on_progress: Callable[[int], None] | None = None,
     max_trace_bytes: int = 64 << 30,
-    rank: int | None = None,
 ) -> TraceTables:
     """Tables of an export read from a stream: SQLite needs a real file, so it is copied to a temporary one.
 
@@ -686,7 +698,7 @@ def parse_nsys(
         path = Path(folder) / "export.sqlite"
         with open(path, "wb") as copy:
             _copy_limited(raw, copy, max_trace_bytes, on_progress)
-        return parse_nsys_file(path, rank=rank)
+        return parse_nsys_file(path, label="the file")
 
 
 _COPY_CHUNK = 1 << 20
