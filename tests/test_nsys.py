@@ -358,6 +358,9 @@ def test_operator_view_of_emit_nvtx(served: str) -> None:
     body = _get(served, "/api/operators", run="ops", group_by="operator_input_shape")
     mm = next(r for r in body["rows"] if r["name"] == "aten::mm")
     assert mm["input_shape"] == "[[4,8],[8,16]]" and mm["device_self_us"] == pytest.approx(12.0)
+    assert body["empty_reason"] is None
+    without = _get(served, "/api/operators", run="job")  # NVTX iteration ranges only, no emit_nvtx
+    assert without["rows"] == [] and "emit_nvtx(record_shapes=True)" in without["empty_reason"]
 
 
 def test_trace_view_has_threads_streams_and_launch_flows(served: str) -> None:

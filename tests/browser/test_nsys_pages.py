@@ -83,3 +83,11 @@ def test_overview_steps_from_a_range_picked_in_the_page(page, nsys_server):
     assert page.get_by_test_id("step-range").input_value() == "ncclAllReduce"
     assert "3 ranges named 'ncclAllReduce'" in page.get_by_test_id("notes").inner_text()
     screenshot(page, "nsys-overview-job-step-range")
+
+
+def test_operator_page_of_an_export_without_emit_nvtx_says_how_to_get_operators(page, nsys_server):
+    page.goto(f"{nsys_server.url}/operators?run=job")
+    empty = page.get_by_test_id("empty-state")
+    empty.wait_for()
+    assert "emit_nvtx(record_shapes=True)" in empty.inner_text()
+    screenshot(page, "nsys-operators-job")
