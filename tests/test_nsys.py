@@ -5,8 +5,11 @@ JSON over real HTTP."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import sqlite3
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -406,3 +409,27 @@ def test_overview_steps_from_a_picked_range(served: str) -> None:
     assert again == picked  # memoised, the same answer
     missing = httpx.get(f"{served}/api/overview", params={"run": "job", "step_range": "no such range"})
     assert missing.status_code == 404 and "no host range is named 'no such range'" in missing.json()["detail"]
+
+
+# ---- the command line: ingest one file, index a folder --------------------------------------------------
+def test_ingest_and_index_read_exports(tmp_path: Path) -> None:
+    root = tmp_path / "bucket"
+    (root / "job").mkdir(parents=True)
+    two_rank_nccl_run(root / "job")
+    ingest = subprocess.run(
+        [sys.executable, "-m", "profscope.cli", "ingest", str(root / "job" / "job_rank0.sqlite")],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    report = json.loads(ingest.stdout.strip().splitlines()[-1])
+    assert report["kernels"] == 6 and "error" not in report
+    cache = tmp_path / "cache"
+    index = subprocess.run(
+        [sys.executable, "-m", "profscope.cli", "index", str(root), "--cache-dir", str(cache)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert index.returncode == 0, index.stderr
+    assert json.loads(index.stdout.strip().splitlines()[-1])["parsed"] == 2
+    with running_server([root], cache) as url:
+        runs = {r["run"]: r for r in httpx.get(f"{url}/api/runs").json()["runs"]}
+        assert runs["job"]["state"] == "ready"  # read from the index's cache: nothing to parse
+        assert _get(url, "/api/overview", run="job", worker="rank1")["steps"]

@@ -368,6 +368,7 @@ def index(args: argparse.Namespace) -> int:
 def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
+    from profscope.catalog import NSYS, TRACE, classify_nsys
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
     from profscope.sources import LocalSource
 
@@ -384,6 +385,7 @@ def ingest(args: argparse.Namespace) -> int:
                 cache_key=f"cli-{path.name}",
                 cache_root=str(cache_dir),
                 max_trace_bytes=64 << 30,
+                kind=NSYS if classify_nsys(path.name) else TRACE,
             )
         )
         result["wall_s"] = time.perf_counter() - started

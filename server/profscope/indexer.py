@@ -161,6 +161,7 @@ def _ingest(source: Source, trace: TraceFile, cache: TraceCache, limits: tuple[i
         cache_key=trace.cache_key,
         cache_root=str(cache.root),
         max_trace_bytes=max_trace_bytes,
+        kind=trace.kind,
         max_snapshot_bytes=max_snapshot_bytes,
     )
     try:
