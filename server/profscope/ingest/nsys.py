@@ -92,16 +92,24 @@ class _Export:
         return next((f'"{name}"' for name in names if name in present), default)
 
     def query(self, sql: str, dtypes: dict[str, str]) -> dict[str, np.ndarray]:
-        """Columns of a query's rows: every selected column must be named in ``dtypes``, in order."""
-        rows = self.connection.execute(sql).fetchall()
-        if not rows:
-            return {name: np.zeros(0, dtype=dtype) for name, dtype in dtypes.items()}
-        by_column = list(zip(*rows, strict=True))
-        del rows
-        return {
-            name: np.asarray(values, dtype=dtype if dtype != "O" else object)
-            for (name, dtype), values in zip(dtypes.items(), by_column, strict=True)
-        }
+        """Integer columns of a query's rows (every selected column named in ``dtypes``, in order).
+
+        Rows come in batches that become numpy right away: a tuple per row for all of a big table would
+        take several times the memory of the columns.
+        """
+        cursor = self.connection.execute(sql)
+        batches = []
+        while rows := cursor.fetchmany(_FETCH_ROWS):
+            batches.append(np.array(rows, dtype=np.int64).reshape(len(rows), len(dtypes)))
+        table = np.concatenate(batches) if batches else np.zeros((0, len(dtypes)), dtype=np.int64)
+        return {name: table[:, i].astype(dtype) for i, (name, dtype) in enumerate(dtypes.items())}
+
+    def texts(self, sql: str) -> list[str | None]:
+        """The single text column of a (small) query."""
+        return [row[0] for row in self.connection.execute(sql)]
+
+
+_FETCH_ROWS = 1 << 16
 
 
 class _Builder:
@@ -136,19 +144,6 @@ class _Builder:
         """Our ids of nsys string ids; ids beyond StringIds (a cut export) are absent."""
         safe = np.where((nsys_ids >= 0) & (nsys_ids < len(self.nsys_strings) - 1), nsys_ids, -1)
         return self.nsys_strings[safe]
-
-    def intern_values(self, values: np.ndarray, transform: Callable[[str], str] = str) -> np.ndarray:
-        """String ids of an object array of texts (None = absent): one intern per distinct value."""
-        if not len(values):
-            return np.zeros(0, dtype=np.int64)
-        present = np.array([v is not None for v in values], dtype=bool) if None in set(values) else None
-        texts = values if present is None else np.where(present, values, "")
-        unique, inverse = np.unique(texts.astype(str), return_inverse=True)
-        ids = np.array([self.strings.intern(transform(text)) for text in unique.tolist()], dtype=np.int64)
-        result = ids[inverse.reshape(-1)]
-        if present is not None:
-            result[~present] = NO_ID
-        return result
 
     def track(self, pid: str, tid: str, **names: str) -> int:
         key = (pid, tid)
@@ -407,18 +402,20 @@ def _read_api_calls(builder: _Builder) -> None:
     export = builder.export
     if not export.has(table):
         return
-    name_id = export.column(table, "nameId", default="-1")
+    name_id = export.column(table, "nameId")
     name_text = export.column(table, "name")
     event_class = export.column(table, "eventClass", default="0")
+    # exports before nameId existed kept the call's name as text: numbered in SQL like NVTX texts
+    name = f"COALESCE({name_id}, -1)" if name_id != "NULL" else f"DENSE_RANK() OVER (ORDER BY {name_text}) - 1"
     rows = export.query(
-        f'SELECT "start", "end", globalTid, COALESCE(correlationId, -1), COALESCE({name_id}, -1), '
-        f"COALESCE({event_class}, 0) FROM {table}",
+        f'SELECT "start", "end", globalTid, COALESCE(correlationId, -1), {name}, COALESCE({event_class}, 0) '
+        f"FROM {table}",
         {"start": "i8", "end": "i8", "global_tid": "i8", "correlation": "i8", "name": "i8", "event_class": "i8"},
     )
-    names = builder.string_ids(rows["name"])
-    if (names == NO_ID).any() and name_text != "NULL":  # exports before nameId existed kept the text
-        texts = export.query(f"SELECT {name_text} FROM {table}", {"text": "O"})["text"]
-        names = np.where(names == NO_ID, builder.intern_values(texts), names)
+    if name_id != "NULL":
+        names = builder.string_ids(rows["name"])
+    else:
+        names = _ranked_ids(builder, export.texts(f"SELECT DISTINCT {name_text} FROM {table} ORDER BY 1"), rows["name"])
     unique, inverse = np.unique(names, return_inverse=True)
     plain = [builder.strings.intern(_API_VERSION_SUFFIX.sub("", builder.strings[int(i)])) for i in unique.tolist()]
     names = np.asarray(plain, dtype=np.int64)[inverse.reshape(-1)]
@@ -439,38 +436,40 @@ def _read_api_calls(builder: _Builder) -> None:
 _NVTX_TEXT = "COALESCE(n.text, s.value)"
 _NVTX_PARTS = f"""
 WITH t AS (
-  SELECT n."start" AS start, n."end" AS "end", n.eventType AS type, n.globalTid AS tid,
-         COALESCE(n.domainId, 0) AS domain, {_NVTX_TEXT} AS text
+  SELECT n."start" AS start, n."end" AS "end", n.eventType AS type, n.globalTid AS tid, {_NVTX_TEXT} AS text
   FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
   WHERE n.eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})
 ), p AS (
   SELECT *, instr(text, ', op_id = ') AS op_at, instr(text, ', seq = ') AS seq_at,
          instr(text, ', sizes = ') AS sizes_at, instr(text, ', input_op_ids = ') AS inputs_at FROM t
 )
-SELECT start, COALESCE("end", start), type, COALESCE(tid, 0), domain,
+SELECT start, COALESCE("end", start) AS "end", type, COALESCE(tid, 0) AS tid,
   CASE WHEN op_at > 0 THEN substr(text, 1, (CASE WHEN seq_at > 0 AND seq_at < op_at THEN seq_at ELSE op_at END) - 1)
-       ELSE COALESCE(text, '') END,
-  op_at > 0,
-  CASE WHEN op_at > 0 AND seq_at > 0 THEN CAST(substr(text, seq_at + 8) AS INTEGER) ELSE -1 END,
+       ELSE COALESCE(text, '') END AS name,
+  op_at > 0 AS is_op,
+  CASE WHEN op_at > 0 AND seq_at > 0 THEN CAST(substr(text, seq_at + 8) AS INTEGER) ELSE -1 END AS seq,
   CASE WHEN op_at > 0 AND sizes_at > 0 THEN replace(
     CASE WHEN inputs_at > sizes_at THEN substr(text, sizes_at + 10, inputs_at - sizes_at - 10)
-         ELSE substr(text, sizes_at + 10) END, ' ', '') END
+         ELSE substr(text, sizes_at + 10) END, ' ', '') END AS sizes
 FROM p
 """
 
 
 def _read_nvtx(builder: _Builder) -> None:
+    """NVTX ranges and marks. The range texts are taken apart in SQL, and names and shapes numbered there
+    (``DENSE_RANK`` over the sorted distinct texts): a million ranges bring only their distinct texts to Python."""
     export = builder.export
     if not export.has("NVTX_EVENTS"):
         return
     text_column = "n.text" if "text" in export.columns("NVTX_EVENTS") else "NULL"
-    sql = _NVTX_PARTS.replace("COALESCE(n.text,", f"COALESCE({text_column},")
+    parts = _NVTX_PARTS.replace("COALESCE(n.text,", f"COALESCE({text_column},")
     rows = export.query(
-        sql,
-        {"start": "i8", "end": "i8", "type": "i8", "global_tid": "i8", "domain": "i8", "name": "O", "is_op": "i1",
-         "seq": "i8", "sizes": "O"},
+        f"SELECT start, \"end\", type, tid, DENSE_RANK() OVER (ORDER BY name) - 1, is_op, instr(name, ' ') > 0, "
+        f"seq, DENSE_RANK() OVER (ORDER BY sizes) - 1 FROM ({parts})",
+        {"start": "i8", "end": "i8", "type": "i8", "global_tid": "i8", "name": "i8", "is_op": "i1", "spaced": "i1",
+         "seq": "i8", "sizes": "i8"},
     )  # fmt: skip
-    names = builder.intern_values(rows["name"])
+    names = _ranked_ids(builder, export.texts(f"SELECT DISTINCT name FROM ({parts}) ORDER BY name"), rows["name"])
     tracks = builder.thread_tracks(rows["global_tid"])
     mark = rows["type"] == NVTX_MARK
     if mark.any():
@@ -479,7 +478,8 @@ def _read_nvtx(builder: _Builder) -> None:
              "cat": np.full(int(mark.sum()), builder.strings.intern("nvtx"))}
         )  # fmt: skip
     ranges = ~mark
-    operator = ranges & (rows["is_op"] == 1) & ~_has_space(rows["name"])
+    # record_function labels with arguments (FSDP::pre_forward (blocks.3)) carry an op_id too: annotations
+    operator = ranges & (rows["is_op"] == 1) & (rows["spaced"] == 0)
     chunk = builder.add_events(
         ts_ns=rows["start"][ranges],
         dur_ns=np.maximum(rows["end"] - rows["start"], 0)[ranges],
@@ -488,15 +488,14 @@ def _read_nvtx(builder: _Builder) -> None:
         cat=np.where(operator, builder.strings.intern("cpu_op"), builder.strings.intern("nvtx"))[ranges],
         track=tracks[ranges],
     )
-    with_args = (rows["is_op"] == 1)[ranges]
-    rows_in_chunk = np.flatnonzero(with_args)
+    rows_in_chunk = np.flatnonzero((rows["is_op"] == 1)[ranges])
     if len(rows_in_chunk):
-        sizes = rows["sizes"][ranges][rows_in_chunk]
+        sizes = export.texts(f"SELECT DISTINCT sizes FROM ({parts}) ORDER BY sizes")
         builder.ops.append(
             {
                 "chunk": chunk,
                 "event": rows_in_chunk,
-                "input_dims": builder.intern_values(sizes),
+                "input_dims": _ranked_ids(builder, sizes, rows["sizes"][ranges][rows_in_chunk]),
                 "input_types": np.full(len(rows_in_chunk), NO_ID),
                 "call_stack": np.full(len(rows_in_chunk), NO_ID),
                 "sequence_number": rows["seq"][ranges][rows_in_chunk],
@@ -505,11 +504,10 @@ def _read_nvtx(builder: _Builder) -> None:
         )
 
 
-def _has_space(names: np.ndarray) -> np.ndarray:
-    """record_function labels with arguments (``FSDP::pre_forward (blocks.3)``) are annotations, not ops."""
-    if not len(names):
-        return np.zeros(0, dtype=bool)
-    return np.char.find(names.astype(str), " ") >= 0
+def _ranked_ids(builder: _Builder, distinct: list[str | None], ranks: np.ndarray) -> np.ndarray:
+    """Our string ids of texts given as ranks among their sorted distinct values (NULL: absent)."""
+    ids = np.array([builder.strings.intern(t) if t is not None else NO_ID for t in distinct], dtype=np.int64)
+    return ids[ranks] if len(ids) else np.full(len(ranks), NO_ID, dtype=np.int64)
 
 
 def _read_memory_usage(builder: _Builder) -> None:
