@@ -73,16 +73,18 @@ def scale(source: Path, target: Path, target_bytes: int) -> dict[str, int]:
 
 
 def timed_ingest(path: Path) -> dict[str, float]:
-    """Wall seconds and peak RSS (MB) of ``profscope ingest`` on one file, from ``/usr/bin/time -v``."""
+    """Wall and CPU seconds and peak RSS (MB) of ``profscope ingest`` on one file, from ``/usr/bin/time -v``."""
     command = ["/usr/bin/time", "-v", sys.executable, "-m", "profscope.cli", "ingest", str(path)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
-    assert wall and peak, done.stderr
+    cpu = [float(m) for m in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", done.stderr)]
+    assert wall and peak and len(cpu) == 2, done.stderr
     hours, minutes, seconds = int(wall.group(1) or 0), int(wall.group(2)), float(wall.group(3))
     return {
         "wall_s": hours * 3600 + minutes * 60 + seconds,
+        "cpu_s": round(sum(cpu), 2),  # user + system: the steadier figure on a shared machine
         "peak_mb": int(peak.group(1)) / 1024,
         "parse_s": report["parse_s"],
         "events": report["events"],
