@@ -197,12 +197,7 @@ def classify_snapshot(key: str) -> tuple[str, str, str] | None:
     path = PurePosixPath(key)
     if not _MEMORY_SNAPSHOT.search(path.name.lower()):
         return None
-    folder = str(path.parent) if str(path.parent) != "." else ""
-    if _RANK_FOLDER.match(path.parent.name):
-        run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
-        return run_folder, path.parent.name, path.stem
-    rank = _RANK_IN_NAME.search(path.stem)
-    return folder, f"rank{rank.group(1)}" if rank else path.stem, path.stem
+    return _per_rank_file(path, path.stem)
 
 
 def classify_nsys(key: str) -> tuple[str, str, str] | None:
@@ -210,12 +205,18 @@ def classify_nsys(key: str) -> tuple[str, str, str] | None:
     path = PurePosixPath(key)
     if not _NSYS_EXPORT.search(path.name.lower()):
         return None
+    return _per_rank_file(path, DEFAULT_SPAN)
+
+
+def _per_rank_file(path: PurePosixPath, span: str) -> tuple[str, str, str]:
+    """(run folder, worker, span) of a file written per rank: in a rank folder, the folder is the worker (and
+    the file's stem the span); elsewhere the rank in its name (``oom_rank-3_*`` -> ``rank3``), else its stem."""
     folder = str(path.parent) if str(path.parent) != "." else ""
     if _RANK_FOLDER.match(path.parent.name):
         run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
         return run_folder, path.parent.name, path.stem
     rank = _RANK_IN_NAME.search(path.stem)
-    return folder, f"rank{rank.group(1)}" if rank else path.stem, DEFAULT_SPAN
+    return folder, f"rank{rank.group(1)}" if rank else path.stem, span
 
 
 def classify_memory_log(key: str) -> tuple[str, str, str] | None:

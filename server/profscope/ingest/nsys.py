@@ -125,6 +125,7 @@ class _Builder:
         self.ops: list[dict[str, np.ndarray]] = []
         self.side: dict[str, list[dict[str, np.ndarray]]] = {"memory": [], "instants": []}
         self.warnings: dict[str, int] = {}
+        self.graph_kernels = 0  # kernels run as nodes of a CUDA graph (graphNodeId set)
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[int, str] = {}
         self.nsys_strings = self._read_string_ids()
@@ -145,6 +146,15 @@ class _Builder:
         safe = np.where((nsys_ids >= 0) & (nsys_ids < len(self.nsys_strings) - 1), nsys_ids, -1)
         return self.nsys_strings[safe]
 
+    def per_distinct(self, columns: list[np.ndarray], value_of: Callable[..., Any]) -> np.ndarray:
+        """``value_of(*values)`` of each row's values, called once per distinct combination (a few per table)."""
+        combos, inverse = np.unique(np.stack(columns), axis=1, return_inverse=True)
+        return np.asarray([value_of(*combo) for combo in combos.T.tolist()], dtype=np.int64)[inverse.reshape(-1)]
+
+    def named(self, columns: list[np.ndarray], name_of: Callable[..., str]) -> np.ndarray:
+        """String ids of the names ``name_of(*values)`` of each row's values."""
+        return self.per_distinct(columns, lambda *values: self.strings.intern(name_of(*values)))
+
     def track(self, pid: str, tid: str, **names: str) -> int:
         key = (pid, tid)
         found = self._track_ids.get(key)
@@ -155,28 +165,25 @@ class _Builder:
 
     def thread_tracks(self, global_tids: np.ndarray) -> np.ndarray:
         """Track of every row's thread (``globalTid``): pid and tid as the OS numbered them."""
-        unique, inverse = np.unique(global_tids, return_inverse=True)
-        ids = []
-        for global_tid in unique.tolist():
+
+        def thread(global_tid: int) -> int:
             pid, tid = (global_tid >> _GLOBAL_ID_PID_SHIFT) & _ID_MASK, global_tid & _ID_MASK
-            ids.append(
-                self.track(
-                    str(pid),
-                    str(tid),
-                    process_name=self.process_names.get(pid, ""),
-                    thread_name=self.thread_names.get(global_tid, ""),
-                )
-            )
-        return np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+            names = {
+                "process_name": self.process_names.get(pid, ""),
+                "thread_name": self.thread_names.get(global_tid, ""),
+            }
+            return self.track(str(pid), str(tid), **names)
+
+        return self.per_distinct([global_tids], thread)
 
     def stream_tracks(self, devices: np.ndarray, streams: np.ndarray) -> np.ndarray:
         """Track of every row's (device, stream); labelled ``GPU d`` so that sync-only streams group with it."""
-        pairs, inverse = np.unique(np.stack([devices, streams]), axis=1, return_inverse=True)
-        ids = []
-        for device, stream in pairs.T.tolist():
+
+        def stream_track(device: int, stream: int) -> int:
             name = "stream none (event syncs)" if stream in _NO_STREAM else f"stream {stream}"
-            ids.append(self.track(str(device), name, process_name=f"GPU {device}", process_labels=f"GPU {device}"))
-        return np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+            return self.track(str(device), name, process_name=f"GPU {device}", process_labels=f"GPU {device}")
+
+        return self.per_distinct([devices, streams], stream_track)
 
     def warn(self, message: str, count: int = 1) -> None:
         self.warnings[message] = self.warnings.get(message, 0) + count
@@ -326,9 +333,7 @@ def _read_memcpy(builder: _Builder) -> None:
         f"FROM {table}",
         {**_DEVICE_DTYPES, "bytes": "i8", "copy_kind": "i8", "src": "i8", "dst": "i8"},
     )
-    combos, inverse = np.unique(np.stack([rows["copy_kind"], rows["src"], rows["dst"]]), axis=1, return_inverse=True)
-    ids = [builder.strings.intern(_memcpy_name(*combo)) for combo in combos.T.tolist()]
-    names = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+    names = builder.named([rows["copy_kind"], rows["src"], rows["dst"]], _memcpy_name)
     _add_device_chunk(builder, rows, Kind.MEMCPY, names, "gpu_memcpy", {"bytes": rows["bytes"]})
 
 
@@ -350,9 +355,7 @@ def _read_memset(builder: _Builder) -> None:
         f"COALESCE({export.column(table, 'memKind', 'memoryKind')}, -1) FROM {table}",
         {**_DEVICE_DTYPES, "bytes": "i8", "mem_kind": "i8"},
     )
-    kinds, inverse = np.unique(rows["mem_kind"], return_inverse=True)
-    ids = [builder.strings.intern(f"Memset ({_MEMORY_KINDS.get(k, 'Unknown')})") for k in kinds.tolist()]
-    names = np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)]
+    names = builder.named([rows["mem_kind"]], lambda kind: f"Memset ({_MEMORY_KINDS.get(kind, 'Unknown')})")
     _add_device_chunk(builder, rows, Kind.MEMSET, names, "gpu_memset", {"bytes": rows["bytes"]})
 
 
@@ -383,14 +386,13 @@ def _read_sync(builder: _Builder) -> None:
         f"COALESCE(s.correlationId, -1), COALESCE(s.globalPid, 0), COALESCE(s.syncType, 0) FROM {table} s {joins}",
         {**_DEVICE_DTYPES, "sync_type": "i8"},
     )
-    kinds, inverse = np.unique(rows["sync_type"], return_inverse=True)
-    ids = [builder.strings.intern(_SYNC_KINDS.get(k, "Synchronization")) for k in kinds.tolist()]
+    count = len(rows["start"])
     builder.add_events(
         ts_ns=rows["start"],
         dur_ns=np.maximum(rows["end"] - rows["start"], 0),
-        kind=np.full(len(inverse), int(Kind.SYNC)),
-        name=np.asarray(ids, dtype=np.int64)[inverse.reshape(-1)],
-        cat=np.full(len(inverse), builder.strings.intern("cuda_sync")),
+        kind=np.full(count, int(Kind.SYNC)),
+        name=builder.named([rows["sync_type"]], lambda kind: _SYNC_KINDS.get(kind, "Synchronization")),
+        cat=np.full(count, builder.strings.intern("cuda_sync")),
         track=builder.stream_tracks(rows["device"], rows["stream"]),
         correlation=_process_correlation(rows["global_pid"], rows["correlation"]),
     )
@@ -416,9 +418,7 @@ def _read_api_calls(builder: _Builder) -> None:
         names = builder.string_ids(rows["name"])
     else:
         names = _ranked_ids(builder, export.texts(f"SELECT DISTINCT {name_text} FROM {table} ORDER BY 1"), rows["name"])
-    unique, inverse = np.unique(names, return_inverse=True)
-    plain = [builder.strings.intern(_API_VERSION_SUFFIX.sub("", builder.strings[int(i)])) for i in unique.tolist()]
-    names = np.asarray(plain, dtype=np.int64)[inverse.reshape(-1)]
+    names = builder.named([names], lambda name_id: _API_VERSION_SUFFIX.sub("", builder.strings[name_id]))
     driver = rows["event_class"] == _DRIVER_EVENT_CLASS
     builder.add_events(
         ts_ns=rows["start"],
@@ -619,7 +619,7 @@ def _meta(export: _Export, builder: _Builder) -> dict[str, Any]:
             "schema_version": info.get("EXPORT_SCHEMA_VERSION"),
             "derived_window_ns": info.get("DERIVED_WINDOW_NS"),
             "tables": sorted(t for t in export.tables if not t.startswith("ENUM_")),
-            "cuda_graph_kernels": getattr(builder, "graph_kernels", 0),
+            "cuda_graph_kernels": builder.graph_kernels,
             "has_gpu_info": export.has("TARGET_INFO_GPU"),
             "has_memory_usage": export.has("CUDA_GPU_MEMORY_USAGE_EVENTS"),
         },
