@@ -227,7 +227,8 @@ def test_two_ranks_with_nccl_kernels(tmp_path: Path) -> None:
         comm_names = {tables.strings[int(tables.events["name"][r])] for r in np.flatnonzero(comm)}
         assert comm_names == {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}
         steps = registered()["overview"](context)["steps"]
-        assert [s["communication_us"] for s in steps] == pytest.approx([3000.0] * 3)
+        # the 3 ms all-reduce kernel, and the 20 µs ncclAllReduce NVTX range (NCCL's host call) while the GPU idles
+        assert [s["communication_us"] for s in steps] == pytest.approx([3020.0] * 3)
 
 
 def test_files_that_are_not_exports_say_so(tmp_path: Path) -> None:

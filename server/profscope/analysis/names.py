@@ -90,7 +90,12 @@ TENSOR_CORE_ELIGIBLE_OPS = frozenset(
 # Host ops that are not "operators" in the operator table (torch-tb-profiler's ExcludeOpName + node types).
 EXCLUDED_OPERATOR_NAMES = frozenset(("DataParallel.forward", "DistributedDataParallel.forward"))
 
-_COMM_OP = re.compile(r"^(nccl:|gloo:|c10d::|ucc:|mpi:|hccl:|xccl:)|^record_param_comms$")
+# ... and NCCL's own NVTX ranges of its API calls (Nsight Systems exports: ``ncclAllReduce``, ``ncclSend``,
+# ``ncclGroupStart``), whole names only: kernels are ``ncclDevKernel_*`` / ``ncclKernel_*``.
+_COMM_OP = re.compile(
+    r"^(nccl:|gloo:|c10d::|ucc:|mpi:|hccl:|xccl:)|^record_param_comms$"
+    r"|^nccl(?:All[A-Za-z]*|Reduce[A-Za-z]*|Broadcast|Bcast|Send|Recv|Gather|Scatter|Group(?:Start|End))$"
+)
 # The backend's own record of a collective (ProcessGroupNCCL / Gloo / UCC / MPI ... name it
 # "<backend>:<collective>"); c10d::* and record_param_comms are the front-end call around it.
 _BACKEND_COMM_OP = re.compile(r"^(nccl|gloo|ucc|mpi|hccl|xccl|rccl):")
