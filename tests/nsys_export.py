@@ -46,10 +46,16 @@ _TABLES = {
     "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, textId INTEGER, "
     "domainId INTEGER, uint64Value INTEGER, int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, "
     "int32Value INTEGER, floatValue REAL, jsonTextId INTEGER, jsonText TEXT",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": 'start INTEGER NOT NULL, "end" INTEGER NOT NULL, deviceId INTEGER, '
+    "contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, graphId INTEGER, "
+    "graphExecId INTEGER",
     "CUDA_GPU_MEMORY_USAGE_EVENTS": "start INTEGER NOT NULL, globalPid INTEGER, deviceId INTEGER, "
     "contextId INTEGER, address INTEGER, pc INTEGER, bytes INTEGER, memKind INTEGER, "
     "memoryOperationType INTEGER, name TEXT, correlationId INTEGER",
 }
+
+
+_OPTIONAL = ("TARGET_INFO_GPU", "CUDA_GPU_MEMORY_USAGE_EVENTS", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
 
 
 @dataclass
@@ -110,6 +116,13 @@ class Export:
             + (None,) * 8,
         )
 
+    def graph_execution(self, start: int, end: int, graph: int, correlation: int) -> None:
+        """A whole graph run (``--cuda-graph-trace=graph``): one row, no kernel rows for its nodes."""
+        self._add(
+            "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+            (start, end, self.device, 1, self.stream, correlation, GLOBAL_PID, graph, graph + 100),
+        )
+
     def memory(self, start: int, address: int, nbytes: int, free: bool = False) -> None:
         self._add(
             "CUDA_GPU_MEMORY_USAGE_EVENTS",
@@ -123,7 +136,7 @@ class Export:
         self.string("python3")
         with sqlite3.connect(path) as connection:
             for table, columns in _TABLES.items():
-                if table in ("TARGET_INFO_GPU", "CUDA_GPU_MEMORY_USAGE_EVENTS") and table not in self.rows:
+                if table in _OPTIONAL and table not in self.rows:
                     continue  # optional tables: absent unless used, as in exports without them
                 connection.execute(f"CREATE TABLE {table} ({columns})")
             rows = {
@@ -195,4 +208,13 @@ def cuda_graph(path: Path) -> Path:
     export.memory(5_000, 0x7F0000000000, 1 << 20)
     export.memory(6_000, 0x7F0000100000, 2 << 20)
     export.memory(150_000, 0x7F0000000000, 1 << 20, free=True)
+    return export.write(path)
+
+
+def cuda_graph_whole(path: Path) -> Path:
+    """Two ``cudaGraphLaunch`` calls of graph 7 traced at graph level (``--cuda-graph-trace=graph``)."""
+    export = Export()
+    for i in range(2):
+        launch = export.launch(10_000 + i * 100_000, 20_000 + i * 100_000, "cudaGraphLaunch_v10000")
+        export.graph_execution(30_000 + i * 100_000, 80_000 + i * 100_000, 7, launch)
     return export.write(path)

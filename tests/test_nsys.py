@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import corpus_file
-from nsys_export import Export, cuda_graph, emit_nvtx_ops, two_rank_nccl_run
+from nsys_export import Export, cuda_graph, cuda_graph_whole, emit_nvtx_ops, two_rank_nccl_run
 from profscope.analysis.call_tree import build_call_tree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import communication_device_rows
@@ -208,6 +208,28 @@ def test_cuda_graph_nodes_link_to_their_graph_launch(tmp_path: Path) -> None:
     assert tables.meta["nsys"]["cuda_graph_kernels"] == 3
     steps = TraceContext(tables).steps
     assert steps.names == ["5"]  # ProfilerStep#5 as an NVTX range
+
+
+def test_whole_graph_executions_are_device_work_of_their_launch(tmp_path: Path) -> None:
+    tables = parse_nsys_file(cuda_graph_whole(tmp_path / "graph.sqlite"))
+    tree = build_call_tree(tables)
+    assert [tables.strings[int(tables.events["name"][r])] for r in tree.device_rows] == ["CUDA graph 7"] * 2
+    assert {tables.strings[int(tables.events["name"][r])] for r in tree.device_runtime} == {"cudaGraphLaunch"}
+    assert tables.meta["nsys"]["cuda_graph_launches"] == 2
+    gpu = registered()["overview"](TraceContext(tables))["gpus"][0]
+    assert gpu["kernel_time_us"] == pytest.approx(100.0)  # two 50 µs graph runs
+
+
+def test_nvtx_without_string_ids_column(tmp_path: Path) -> None:
+    """Exports whose NVTX_EVENTS has the text inline only (no textId column)."""
+    path = emit_nvtx_ops(tmp_path / "ops.sqlite")
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE NVTX_EVENTS SET text = 'aten::mm, seq = 8, op_id = 3' WHERE textId IS NOT NULL")
+        connection.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN textId")
+    connection.close()
+    tables = parse_nsys_file(path)
+    names = {tables.strings[int(n)] for n in tables.events["name"]}
+    assert {"aten::mm", "aten::linear", "FSDP::pre_forward (layer.0)"} <= names
 
 
 def test_gpu_memory_usage_events_are_memory_rows(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ The export is a relational database (``CUPTI_ACTIVITY_KIND_KERNEL``, ``..._MEMCP
 numpy columns; strings are interned once per distinct value, never per row. What this module maps:
 
 - kernels, memcpy, memset -> device events on ``GPU d`` / ``stream s`` tracks, with their launch
-  properties in the ``kernels`` table (``bytes`` for copies and sets);
+  properties in the ``kernels`` table (``bytes`` for copies and sets); whole CUDA graph executions
+  (``--cuda-graph-trace=graph``) -> device events ``CUDA graph N``;
 - CUDA runtime and driver calls -> RUNTIME / DRIVER events on their threads; ``correlation`` is the
   CUPTI correlation id made unique per process (one export may hold several processes), so a kernel
   links to its launch (and every node of a CUDA graph to its ``cudaGraphLaunch``);
@@ -46,6 +47,7 @@ EXPORT_HINT = "export it with `nsys export --type sqlite FILE.nsys-rep` (profsco
 _STRING_TABLE = "StringIds"
 _ACTIVITY_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "NVTX_EVENTS",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -126,6 +128,7 @@ class _Builder:
         self.side: dict[str, list[dict[str, np.ndarray]]] = {"memory": [], "instants": []}
         self.warnings: dict[str, int] = {}
         self.graph_kernels = 0  # kernels run as nodes of a CUDA graph (graphNodeId set)
+        self.graph_launches = 0  # whole graph executions (GRAPH_TRACE rows), when nodes were not traced
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[int, str] = {}
         self.nsys_strings = self._read_string_ids()
@@ -337,6 +340,22 @@ def _read_memcpy(builder: _Builder) -> None:
     _add_device_chunk(builder, rows, Kind.MEMCPY, names, "gpu_memcpy", {"bytes": rows["bytes"]})
 
 
+def _read_graph_launches(builder: _Builder) -> None:
+    """Whole CUDA graph executions (``--cuda-graph-trace=graph``: no kernel rows for their nodes), as device
+    work named ``CUDA graph N`` on their stream, linked to their ``cudaGraphLaunch`` by correlation id."""
+    table = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+    export = builder.export
+    if not export.has(table):
+        return
+    rows = export.query(
+        f"SELECT {_device_columns(export, table)}, COALESCE({export.column(table, 'graphId')}, -1) FROM {table}",
+        {**_DEVICE_DTYPES, "graph": "i8"},
+    )
+    names = builder.named([rows["graph"]], lambda graph: f"CUDA graph {graph}" if graph >= 0 else "CUDA graph")
+    _add_device_chunk(builder, rows, Kind.KERNEL, names, "cuda_graph", {})
+    builder.graph_launches = len(names)
+
+
 def _memcpy_name(copy_kind: int, src: int, dst: int) -> str:
     """kineto's name of a copy: ``Memcpy HtoD (Pageable -> Device)``."""
     direction = _COPY_KINDS.get(copy_kind, "Unknown")
@@ -433,11 +452,10 @@ def _read_api_calls(builder: _Builder) -> None:
 
 # emit_nvtx range text: "<name>[, seq = N], op_id = N[, sizes = [...]][, input_op_ids = [...]]", taken
 # apart in SQL so that a million ranges cost no Python per row
-_NVTX_TEXT = "COALESCE(n.text, s.value)"
 _NVTX_PARTS = f"""
 WITH t AS (
-  SELECT n."start" AS start, n."end" AS "end", n.eventType AS type, n.globalTid AS tid, {_NVTX_TEXT} AS text
-  FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+  SELECT n."start" AS start, n."end" AS "end", n.eventType AS type, n.globalTid AS tid, COALESCE({{text}}) AS text
+  FROM NVTX_EVENTS n {{join}}
   WHERE n.eventType IN ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})
 ), p AS (
   SELECT *, instr(text, ', op_id = ') AS op_at, instr(text, ', seq = ') AS seq_at,
@@ -461,8 +479,13 @@ def _read_nvtx(builder: _Builder) -> None:
     export = builder.export
     if not export.has("NVTX_EVENTS"):
         return
-    text_column = "n.text" if "text" in export.columns("NVTX_EVENTS") else "NULL"
-    parts = _NVTX_PARTS.replace("COALESCE(n.text,", f"COALESCE({text_column},")
+    columns = export.columns("NVTX_EVENTS")
+    texts = ["n.text"] if "text" in columns else []  # the text inline, or its id in StringIds: both occur
+    join = ""
+    if "textId" in columns:
+        texts.append("s.value")
+        join = "LEFT JOIN StringIds s ON s.id = n.textId"
+    parts = _NVTX_PARTS.format(text=", ".join([*texts, "NULL"]), join=join)
     rows = export.query(
         f"SELECT start, \"end\", type, tid, DENSE_RANK() OVER (ORDER BY name) - 1, is_op, instr(name, ' ') > 0, "
         f"seq, DENSE_RANK() OVER (ORDER BY sizes) - 1 FROM ({parts})",
@@ -547,6 +570,7 @@ def _read_memory_usage(builder: _Builder) -> None:
 
 _READERS: tuple[Callable[[_Builder], None], ...] = (
     _read_kernels,
+    _read_graph_launches,
     _read_memcpy,
     _read_memset,
     _read_sync,
@@ -620,6 +644,7 @@ def _meta(export: _Export, builder: _Builder) -> dict[str, Any]:
             "derived_window_ns": info.get("DERIVED_WINDOW_NS"),
             "tables": sorted(t for t in export.tables if not t.startswith("ENUM_")),
             "cuda_graph_kernels": builder.graph_kernels,
+            "cuda_graph_launches": builder.graph_launches,
             "has_gpu_info": export.has("TARGET_INFO_GPU"),
             "has_memory_usage": export.has("CUDA_GPU_MEMORY_USAGE_EVENTS"),
         },
