@@ -271,6 +271,10 @@ def test_files_that_are_not_exports_say_so(tmp_path: Path) -> None:
     connection.close()
     with pytest.raises(NsysExportError, match="without CUDA or NVTX data"):
         parse_nsys_file(bare)
+    cut = tmp_path / "cut.sqlite"  # an export truncated in transfer: the header, then nothing usable
+    cut.write_bytes(emit_nvtx_ops(tmp_path / "whole.sqlite").read_bytes()[:1500])
+    with pytest.raises(NsysExportError, match=r"cut\.sqlite: cannot read the SQLite database"):
+        parse_nsys_file(cut)
 
 
 def test_a_stream_is_copied_within_the_size_limit(tmp_path: Path) -> None:

@@ -264,9 +264,11 @@ def _process_correlation(global_ids: np.ndarray, correlation: np.ndarray) -> np.
 
 
 def _device_columns(export: _Export, table: str) -> str:
+    """start, end, device, stream, correlation id, process of a device activity table (absent ones: -1 / 0)."""
+    device, stream, correlation = (export.column(table, name) for name in ("deviceId", "streamId", "correlationId"))
     return (
-        f'"start", "end", COALESCE("deviceId", -1), COALESCE("streamId", -1), '
-        f'COALESCE("correlationId", -1), COALESCE({export.column(table, "globalPid", "processId")}, 0)'
+        f'"start", "end", COALESCE({device}, -1), COALESCE({stream}, -1), '
+        f"COALESCE({correlation}, -1), COALESCE({export.column(table, 'globalPid', 'processId')}, 0)"
     )
 
 
