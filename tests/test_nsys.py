@@ -21,13 +21,16 @@ from conftest import corpus_file
 from nsys_export import Export, cuda_graph, cuda_graph_whole, emit_nvtx_ops, two_rank_nccl_run
 from profscope.analysis.call_tree import build_call_tree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.overview import communication_device_rows
-from profscope.analysis.payloads import registered
+from profscope.analysis.device_activity import communication_device_rows
 from profscope.catalog import NSYS, build_runs, classify_nsys
 from profscope.ingest.nsys import NsysExportError, parse_nsys, parse_nsys_file
 from profscope.sources.base import ObjectInfo
 from profscope.tables import Kind, TraceTables
+from profscope.views.registry import queries
 from serving import running_server, wait_for
+
+# the analyses every view lists for a trace (an export is one), by query name
+TRACE_QUERIES = {query.name: query.build for query in queries() if query.kind == "trace"}
 
 CORPUS_EXPORTS = [
     "nsys-sqlite/hpcgroup_pipit/pipit/tests/data/saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
@@ -172,9 +175,9 @@ def test_device_properties_come_from_target_info_gpu(parsed: tuple[Path, TraceTa
 def test_every_payload_builds_on_the_corpus(parsed: tuple[Path, TraceTables]) -> None:
     _, tables = parsed
     context = TraceContext(tables)
-    for build in registered().values():
+    for build in TRACE_QUERIES.values():
         build(context)  # raises on a shape the analyses cannot take
-    kernels = registered()["kernels.kernel"](context)
+    kernels = TRACE_QUERIES["kernels.kernel"](context)
     assert sum(r["calls"] for r in kernels["rows"]) == len(_of_kind(tables, Kind.KERNEL))
 
 
@@ -182,7 +185,7 @@ def test_every_payload_builds_on_the_corpus(parsed: tuple[Path, TraceTables]) ->
 def test_emit_nvtx_ranges_are_operators_with_shapes(tmp_path: Path) -> None:
     tables = parse_nsys_file(emit_nvtx_ops(tmp_path / "ops.sqlite"))
     context = TraceContext(tables)
-    rows = {(r["name"], r["input_shape"]): r for r in registered()["operators.operator_input_shape"](context)["rows"]}
+    rows = {(r["name"], r["input_shape"]): r for r in TRACE_QUERIES["operators.operator_input_shape"](context)["rows"]}
     assert set(rows) == {("aten::linear", "[[4,8],[16,8],[16]]"), ("aten::mm", "[[4,8],[8,16]]"),
                          ("aten::add_", "[[4,16],[16],[]]")}  # fmt: skip
     # device time through the kernels launched inside: mm's GEMM 12 µs, add_'s kernel 3 µs, linear holds both
@@ -216,7 +219,7 @@ def test_whole_graph_executions_are_device_work_of_their_launch(tmp_path: Path) 
     assert [tables.strings[int(tables.events["name"][r])] for r in tree.device_rows] == ["CUDA graph 7"] * 2
     assert {tables.strings[int(tables.events["name"][r])] for r in tree.device_runtime} == {"cudaGraphLaunch"}
     assert tables.meta["nsys"]["cuda_graph_launches"] == 2
-    gpu = registered()["overview"](TraceContext(tables))["gpus"][0]
+    gpu = TRACE_QUERIES["overview"](TraceContext(tables))["gpus"][0]
     assert gpu["kernel_time_us"] == pytest.approx(100.0)  # two 50 µs graph runs
 
 
@@ -248,7 +251,7 @@ def test_two_ranks_with_nccl_kernels(tmp_path: Path) -> None:
         comm = communication_device_rows(tables, context.tree)
         comm_names = {tables.strings[int(tables.events["name"][r])] for r in np.flatnonzero(comm)}
         assert comm_names == {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL"}
-        steps = registered()["overview"](context)["steps"]
+        steps = TRACE_QUERIES["overview"](context)["steps"]
         # the 3 ms all-reduce kernel, and the 20 µs ncclAllReduce NVTX range (NCCL's host call) while the GPU idles
         assert [s["communication_us"] for s in steps] == pytest.approx([3020.0] * 3)
 

@@ -31,6 +31,7 @@ from profscope.ingest.snapshot import parse_snapshot, parse_snapshot_file
 from profscope.ingest.snapshot_job import ingest_snapshot
 from profscope.snapshot_tables import SnapshotTables
 from profscope.sources import LocalSource
+from profscope.views.registry import queries
 
 TRAINING = "memory-snapshots/Wedsonlin_assignment2-systems/results/medium_512_training_memory_snapshot.pickle"
 SNAPSHOTS = sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "memory-snapshots").rglob("*.pickle"))
@@ -272,6 +273,7 @@ def test_the_cached_first_timeline_is_the_computed_one(tmp_path: Path) -> None:
         cache_root=str(cache.root),
         max_trace_bytes=1 << 30,
         kind="snapshot",
+        queries=queries("snapshot"),
     )
     summary = ingest_snapshot(request, lambda _bytes: None)
     assert not summary["view_errors"]

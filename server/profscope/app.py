@@ -13,12 +13,12 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
-from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
+from profscope.views.registry import VIEWS
 
 log = logging.getLogger("profscope")
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -34,7 +34,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = Profscope(settings, metrics)
+        state = Profscope(settings, metrics, VIEWS)
         app.state.profscope = state
         state.start()
         try:
@@ -115,12 +115,9 @@ def create_app(settings: Settings) -> FastAPI:
             return Response(plotly_js_gzip(), media_type="application/javascript", headers=headers)
         return FileResponse(plotly_js(), media_type="application/javascript", headers=headers)
 
-    app.include_router(runs.router)
-    app.include_router(views.router)
-    app.include_router(source.router)
-    app.include_router(timeline.router)
-    app.include_router(memory.router)
-    app.include_router(distributed.router)
+    for view in VIEWS:
+        if view.router is not None:
+            app.include_router(view.router)
     app.include_router(auth.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 

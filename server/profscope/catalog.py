@@ -28,10 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from profscope.ingest.kineto import PARSER_VERSION
-from profscope.ingest.memory_log import MEMORY_LOG_PARSER_VERSION
-from profscope.ingest.nsys import EXPORT_HINT, NSYS_PARSER_VERSION
-from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
+from profscope import parser_versions
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
@@ -44,6 +41,7 @@ _NUMBERED_STEM = re.compile(r"^(?P<prefix>.*?[_.-])(?P<number>\d+)$")
 TRACE, SNAPSHOT, MEMORY_LOG, NSYS = "trace", "snapshot", "memory_log", "nsys"
 TABLE_KINDS = (TRACE, NSYS)  # files parsed into event tables: every trace view reads them
 MEMORY_LOG_NAME = "memory.log"
+EXPORT_HINT = "export it with `nsys export --type sqlite FILE.nsys-rep` (profscope cannot read the binary format)"
 _NOT_TRACES = {
     ".nsys-rep": f"an Nsight Systems report: {EXPORT_HINT}",
     ".qdrep": f"an Nsight Systems report: {EXPORT_HINT}",
@@ -70,10 +68,10 @@ class TraceFile:
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
-            TRACE: PARSER_VERSION,
-            NSYS: f"nsys{NSYS_PARSER_VERSION}",
-            SNAPSHOT: f"snapshot{SNAPSHOT_PARSER_VERSION}",
-            MEMORY_LOG: f"memorylog{MEMORY_LOG_PARSER_VERSION}",
+            TRACE: parser_versions.TRACE,
+            NSYS: f"nsys{parser_versions.NSYS}",
+            SNAPSHOT: f"snapshot{parser_versions.SNAPSHOT}",
+            MEMORY_LOG: f"memorylog{parser_versions.MEMORY_LOG}",
         }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
@@ -239,14 +237,16 @@ def _stem(name: str) -> str:
     return name
 
 
-def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool | None = None) -> dict[str, Run]:
-    """Runs from ``(root label, root uri, objects)`` listings; several roots get prefixed names.
+def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, Run]:
+    """Runs from ``(root label, root uri, objects)`` listings, in the order the roots are configured.
 
-    ``several`` says whether more roots are configured than listed (one may be down): run names
-    must not change when a root comes and goes, or shared links would break.
+    A run is named after its folder in its root (the root's label when the root is the run folder),
+    whatever other roots there are, so a link keeps working when a root is added (issue 20). Only
+    when an earlier root already has a run of that name does the later one get its root's label in
+    front (``label/folder``).
     """
     runs: dict[str, Run] = {}
-    several = len(listings) > 1 if several is None else several
+    owner: dict[str, str] = {}  # run name -> the root uri it came from
     for label, uri, objects in listings:
         for info in objects:
             kind = TRACE
@@ -264,8 +264,9 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
                 continue
             folder, worker, span, refusal = found
             run_name = folder or label
-            if several:
-                run_name = f"{label}/{folder}" if folder else label
+            if owner.setdefault(run_name, uri) != uri:
+                run_name = f"{label}/{folder}" if folder else f"{label}~2"
+                owner.setdefault(run_name, uri)
             run = runs.setdefault(run_name, Run(name=run_name))
             run.files.append(
                 TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal, kind=kind)
@@ -291,6 +292,21 @@ def _rank_numbered_exports(run: Run) -> None:
     if len(prefixes) == 1 and len(set(numbers)) == len(numbers):
         for export, number in zip(unnamed, numbers, strict=True):
             export.worker = f"rank{number}"
+
+
+def moved_run(name: str, runs: list[str], labels: list[str]) -> str | None:
+    """Where a run a link names went, or None: links written while run names carried their root's
+    label (``label/folder``, before issue 20) lead to ``folder``, and the other way round; else the
+    one run whose name ends with the link's last folder."""
+    known = set(runs)
+    for label in labels:
+        if name.startswith(f"{label}/") and name[len(label) + 1 :] in known:
+            return name[len(label) + 1 :]
+        if f"{label}/{name}" in known:
+            return f"{label}/{name}"
+    tail = PurePosixPath(name).name
+    same_tail = [run for run in runs if PurePosixPath(run).name == tail]
+    return same_tail[0] if len(same_tail) == 1 else None
 
 
 def _make_spans_unique(run: Run) -> None:

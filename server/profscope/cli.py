@@ -9,9 +9,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profscope import __version__
 from profscope.config import Settings, default_cache_dir, env, env_flag
+
+if TYPE_CHECKING:
+    from profscope.catalog import TraceFile
+    from profscope.sources import Source
 from profscope.logs import configure_logging
 from profscope.sources.base import StorageOptions, redact
 
@@ -173,8 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = commands.add_parser(
         "ingest",
-        help="parse trace files and compute every view, printing timings (for benchmarks)",
-        description="Parse trace files in this process and compute every view payload, as a worker would.",
+        help="parse trace, allocator snapshot or memory.log files and compute every view, printing timings",
+        description="Parse files (traces, allocator snapshots, memory.log) in this process and compute every "
+        "cached query, as a worker would.",
     )
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--cache-dir", type=Path, default=None, help="write the cache here (default: a temp dir)")
@@ -313,7 +319,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from profscope.app import create_app
-    from profscope.ingest.allocator import limit_heap_arenas
+    from profscope.ingest.malloc_tuning import limit_heap_arenas
 
     try:
         settings = _settings_from(args)
@@ -368,30 +374,37 @@ def index(args: argparse.Namespace) -> int:
 def ingest(args: argparse.Namespace) -> int:
     import tempfile
 
-    from profscope.catalog import NSYS, TRACE, classify_nsys
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
     from profscope.sources import LocalSource
+    from profscope.views.registry import queries
 
     map_large_arrays_directly()  # as the worker processes do
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
     failures = 0
     for path in args.files:
         started = time.perf_counter()
-        result = run_ingest(
-            IngestRequest(
-                source=LocalSource(path.resolve().parent),
-                key=path.name,
-                size=path.stat().st_size,
-                cache_key=f"cli-{path.name}",
-                cache_root=str(cache_dir),
-                max_trace_bytes=64 << 30,
-                kind=NSYS if classify_nsys(path.name) else TRACE,
-            )
-        )
+        source = LocalSource(path.resolve().parent)
+        file = catalog_file(source, path.name, path.stat().st_size)
+        if file is None or file.refusal:
+            why = file.refusal if file is not None else "not a trace, allocator snapshot or memory.log"
+            print(json.dumps({"file": str(path), "error": why}))
+            failures += 1
+            continue
+        request = IngestRequest.for_file(file, source, cache_dir, queries(), 64 << 30, 64 << 30, f"cli-{path.name}")
+        result = run_ingest(request)
         result["wall_s"] = time.perf_counter() - started
         failures += "error" in result
         print(json.dumps({"file": str(path), **{k: v for k, v in result.items() if k != "device_properties"}}))
     return 1 if failures else 0
+
+
+def catalog_file(source: Source, key: str, size: int) -> TraceFile | None:
+    """The catalog's reading of one file (its kind: trace, snapshot, memory.log), None when it reads none."""
+    from profscope.catalog import build_runs
+    from profscope.sources import ObjectInfo
+
+    runs = build_runs([("cli", source.uri, [ObjectInfo(key=key, size=size, version=str(size))])])
+    return next((file for run in runs.values() for file in run.files if file.key == key), None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,18 +5,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from profscope.analysis.distributed import not_ranks_of_one_job
 from profscope.cache import TraceCache
-from profscope.catalog import Run, TraceFile, build_runs
+from profscope.catalog import Run, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
+from profscope.store import Store
+from profscope.views.view import RunFacts
+
+if TYPE_CHECKING:
+    from profscope.views.view import View
 
 log = logging.getLogger("profscope.state")
 
@@ -50,10 +57,13 @@ def _display_uri(uri: str, source: Source | None) -> str:
 
 
 class Profscope:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, views: Sequence[View] = ()) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
+        self.views = tuple(views)  # the registry (profscope.views.VIEWS), handed in: views sit above this layer
+        queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
+        self.store = Store(self.cache, queries)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -81,6 +91,7 @@ class Profscope:
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
             limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes),
+            queries=queries,
         )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
@@ -90,7 +101,7 @@ class Profscope:
         self.metrics.watch(self)
 
     def _unique_label(self, shown: str) -> str:
-        """The root's last folder name (its runs are named LABEL/folder when there are several roots);
+        """The root's last folder name (a run named like one of an earlier root becomes LABEL/folder);
         two roots ending in the same name (s3://a/runs, gs://b/runs) keep more of their path."""
         path = PurePosixPath(shown.split("://", 1)[-1].rstrip("/"))
         taken = {root.label for root in self.roots}
@@ -107,7 +118,7 @@ class Profscope:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
-        runs = build_runs(listings, several=len(self.roots) > 1)
+        runs = build_runs(listings)
         with self._lock:
             self._runs = runs
         self.scans += 1
@@ -170,6 +181,12 @@ class Profscope:
         with self._lock:
             return self._runs.get(name)
 
+    def moved_run(self, name: str) -> str | None:
+        """The run a link to an unknown run most likely means (see catalog.moved_run)."""
+        with self._lock:
+            names = list(self._runs)
+        return moved_run(name, names, [root.label for root in self.roots])
+
     # ---- per-run status ---------------------------------------------------------------------------
     def run_status(self, run: Run) -> dict[str, Any]:
         traces = run.traces()
@@ -194,12 +211,14 @@ class Profscope:
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
+        applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs))
         return {
             "run": run.name,
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states, snapshots + memory_logs),
+            "views": [name for name, reason in applicable.items() if reason is None],
+            "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
@@ -215,15 +234,6 @@ class Profscope:
             ],
         }
 
-    def memory_view_of(self, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]) -> list[str]:
-        """["memory"] when the run has allocator snapshots, memory.log files or a parsed trace with memory events."""
-        if memory_files:
-            return ["memory"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
-                return ["memory"]
-        return []
-
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
         """Workers and spans, leaving out files that failed to parse (they are listed under errors)."""
@@ -235,22 +245,33 @@ class Profscope:
                 workers.append({"worker": worker, "spans": readable})
         return workers
 
-    def views_of(
+    def run_facts(
         self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]
-    ) -> list[str]:
-        """The pages a run has, in the navigation's order (``memory_files``: its snapshots and memory.log files)."""
-        if not traces:
-            return self.memory_view_of(traces, states, memory_files)
-        views = ["overview", "operators"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready":
-                summary = self.cache.summary(trace.cache_key) or {}
-                if summary.get("kernels"):
-                    views.append("kernels")
-                    break
-        views.extend(self.memory_view_of(traces, states, memory_files))
-        first = self.cache.summary(traces[0].cache_key) or {}
-        if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
-            views.append("distributed")
-        views.append("trace")
-        return views
+    ) -> RunFacts:
+        """What the views ask of a run (``memory_files``: its snapshots and memory.log files)."""
+        parsed = [
+            self.cache.summary(t.cache_key) or {} for t, s in zip(traces, states, strict=True) if s.state == "ready"
+        ]
+        first = (self.cache.summary(traces[0].cache_key) or {}) if traces else {}
+        return RunFacts(
+            traces=len(traces),
+            kernels=any(summary.get("kernels") for summary in parsed),
+            memory=bool(memory_files) or any(summary.get("memory_events") for summary in parsed),
+            workers=len(run.workers()),
+            distributed_info=bool(first.get("distributed")),
+            not_distributed=self.not_distributed_reason(run),
+        )
+
+    def views_of(self, facts: RunFacts) -> dict[str, str | None]:
+        """Each per-run page in the navigation's order: None when it applies to the run, else the reason."""
+        return {view.name: view.applies(facts) for view in self.views if view.run_tab}
+
+    def not_distributed_reason(self, run: Run) -> str | None:
+        """Why the Distributed view does not apply to a run, or None when its traces are ranks of one job."""
+        workers = run.workers()
+
+        def infos() -> list[dict[str, Any] | None]:
+            firsts = [run.find(worker, spans[0]) for worker, spans in workers.items()]
+            return [(self.cache.summary(t.cache_key) or {}).get("distributed") if t else None for t in firsts]
+
+        return not_ranks_of_one_job(list(workers), infos)

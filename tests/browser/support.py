@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import corpus_file
@@ -35,6 +37,17 @@ ROOTS = {
 # A stand-in for the script the tinygpt_cpu stacks point at (gen_cpu_traces.py(67): train).
 SOURCE_FILE = "gen_cpu_traces.py"
 SOURCE_TARGET_LINE = 67
+
+
+@contextmanager
+def parsed_server(roots: list[Path], work: Path, *extra: str) -> Iterator[Server]:
+    """A server on these roots, every trace parsed; stopped on leaving."""
+    server = start_server(roots, work / "cache", work / "server.log", *extra)
+    try:
+        server.wait_parsed()
+        yield server
+    finally:
+        server.stop()
 
 
 def corpus_path(relative: str) -> Path:

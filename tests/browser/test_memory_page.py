@@ -15,8 +15,9 @@ pytestmark = pytest.mark.browser
 SNAPSHOT_RUN = "notHanmin_assignment2-systems"
 SCRIPT = "cs336_systems/benchmarking_script.py"  # the profiled script the snapshot's stacks point at
 INTERNLM = Path(__file__).resolve().parents[1] / "data" / "internlm"  # written by make_memory_logs.py
-LOG_RUN = "internlm/memory_trace"  # the profiler's own example (see tests/test_memory_log.py)
-PIPELINE_RUN = "internlm/RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
+# runs of the root tests/data/internlm, named by their folder in it (no root prefix: docs/definitions.md, "Run names")
+LOG_RUN = "memory_trace"  # the profiler's own example (see tests/test_memory_log.py)
+PIPELINE_RUN = "RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
 
 
 def _stand_in_sources(work: Path) -> Path:
@@ -212,7 +213,7 @@ def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Se
     links = page.get_by_test_id("memory-log-link")
     links.first.wait_for()
     assert links.count() == 3
-    page.locator("tr", has_text=LOG_RUN).get_by_test_id("memory-log-link").click()
+    page.locator(f"[data-run='{LOG_RUN}']").get_by_test_id("memory-log-link").click()
     page.wait_for_url("**/memory?**")
     assert query_of(page.url)["log"] == "memory.log"
     wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")

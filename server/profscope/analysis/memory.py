@@ -1,4 +1,4 @@
-"""Profiler memory view: the ``[memory]`` events of a trace (``profile_memory=True``), anchors.md §1.8.
+"""Profiler memory view: the ``[memory]`` events of a trace (``profile_memory=True``), docs/definitions.md §5.
 
 Definitions (torch-tb-profiler's ``memory_parser.py`` / ``run.py``):
 - devices: ``CPU`` (Device Type 0) and ``GPU<id>`` (Device Type 1);
@@ -139,7 +139,7 @@ def _nest_with_records(
     return parent, record_node
 
 
-@payload("memory.attribution")
+@payload("memory.attribution", version=2)
 def memory_attribution(context: TraceContext) -> dict[str, Any]:
     if context.tables.row_count("memory") == 0:
         return {}

@@ -1,8 +1,8 @@
 """Training steps: found from ``ProfilerStep#N`` and re-timed to device time.
 
-torch-tb-profiler's rules (``anchors.md`` §1.4):
+torch-tb-profiler's rules (``docs/definitions.md`` §1):
 - steps are ``ProfilerStep#N`` host events (``cpu_op``, legacy ``Operator`` or ``user_annotation``);
-  without them, host ranges named like steps (``iteration 12``, ``step_3``: ``names.step_range_number``,
+  without them, host ranges named like steps (``iteration 12``, ``step_3``: ``name_rules.step_range_number``,
   how Nsight Systems runs mark their steps with NVTX), or the ranges of a name the user picks
   (``step_range``), numbered in time order; with none, one step ``0`` spans all host ops;
 - when anything was launched on a device, each step starts at max(previous step end, host start)
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profscope.analysis import names as rules
+from profscope.analysis import name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.tables import Kind, TraceTables
 
@@ -47,10 +47,10 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
     notes: list[str] = []
     if step_range is not None:
         return _steps_of_named_ranges(tables, tree, step_range, host)
-    step_name_mask = rules.string_mask(tables.strings, rules.is_profiler_step)
+    step_name_mask = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
     candidates = np.flatnonzero(host & step_name_mask[name])
     if not len(candidates):
-        candidates = np.flatnonzero(host & rules.string_mask(tables.strings, rules.is_step_range)[name])
+        candidates = np.flatnonzero(host & name_rules.string_mask(tables.strings, name_rules.is_step_range)[name])
         if len(candidates):
             examples = _examples(tables, name[candidates])
             notes.append(f"No ProfilerStep#N events: steps are the ranges named like steps ({examples}).")
@@ -61,7 +61,7 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
             by_name[int(name[row])] = row
     rows = np.array(sorted(by_name.values(), key=lambda r: (ts[r], -end[r])), dtype=np.int64)
     if len(rows):
-        step_names = [rules.step_range_number(tables.strings[int(name[r])]) or "" for r in rows]
+        step_names = [name_rules.step_range_number(tables.strings[int(name[r])]) or "" for r in rows]
         host_starts, host_ends = ts[rows], end[rows]
         from_steps = True
     else:

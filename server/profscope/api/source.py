@@ -10,7 +10,9 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.api.deps import get_state, json_response
+from profscope.catalog import TABLE_KINDS, TraceFile
 from profscope.config import Settings
+from profscope.views.responses import SourceLines
 
 router = APIRouter(prefix="/api", tags=["source"])
 MAX_SOURCE_BYTES = 4 << 20
@@ -44,11 +46,16 @@ def _repository_path(settings: Settings, path: str) -> str:
     return path.lstrip("/")
 
 
-def frame_links(settings: Settings, frame: dict[str, Any]) -> dict[str, str]:
+def frame_links(settings: Settings, frame: dict[str, Any], file: TraceFile | None = None) -> dict[str, str]:
+    """The source viewer's link for a frame (naming the run / worker / span it came from, so the
+    viewer's nav leads back there), and the editor / repository link when one is configured."""
     if "path" not in frame:
         return {}
     path, line = frame["path"], frame["line"]
-    links = {"view": "/source?" + urlencode({"path": path, "line": line})}
+    came_from = {"run": file.run, "worker": file.worker} if file is not None else {}
+    if file is not None and file.kind in TABLE_KINDS:  # a snapshot's or log's name is no span of the trace pages
+        came_from["span"] = file.span
+    links = {"view": "/source?" + urlencode({"path": path, "line": line, **came_from})}
     template = settings.source_link_template
     if template:
         links["external"] = template.format(
@@ -59,6 +66,7 @@ def frame_links(settings: Settings, frame: dict[str, Any]) -> dict[str, str]:
 
 @router.get(
     "/source",
+    response_model=SourceLines,
     summary="Lines of a source file around a line (only under --source-root)",
     responses={
         404: {"description": "No source root is configured, or the path is not a file under one: `{detail}`."},

@@ -39,13 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import NSYS, TRACE, TraceFile
-from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
+from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
+from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
+    from profscope.analysis.payloads import Query
     from profscope.metrics import IngestMetrics
     from profscope.shared_cache import SharedCache
 
@@ -68,18 +70,6 @@ class WorkerLimits:
 
     max_parse_seconds: float = 3600.0
     memory_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class IngestRequest:
-    source: Source  # pickled to the worker; object-store sources carry options, never a live client
-    key: str
-    size: int
-    cache_key: str
-    cache_root: str
-    max_trace_bytes: int
-    kind: str = "trace"  # or "nsys", "snapshot", "memory_log" (catalog.NSYS, catalog.SNAPSHOT, catalog.MEMORY_LOG)
-    max_snapshot_bytes: int = 8 << 30
 
 
 @dataclass
@@ -124,9 +114,8 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
-    """Parse one trace and cache its tables and payloads. Runs in a worker process."""
+    """Parse one trace and cache its tables and query results. Runs in a worker process."""
     from profscope.analysis.context import TraceContext
-    from profscope.analysis.payloads import registered
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
@@ -165,16 +154,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
     context = TraceContext(tables)
-    view_errors = {}
-    for name, builder in registered().items():
-        mark = time.perf_counter()
-        try:
-            cache.write_view(request.cache_key, name, builder(context))
-            phase_s[name] = time.perf_counter() - mark
-        except Exception as exc:  # one broken view must not hide the others
-            log.exception("view %s failed for %s", name, request.key)
-            view_errors[name] = f"{type(exc).__name__}: {exc}"
-            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    view_errors = write_query_results(cache, request, context, phase_s)
     del context  # its call tree and caches: the timeline index needs the room
     release_freed_memory()
     mark = time.perf_counter()
@@ -255,8 +235,10 @@ class IngestManager:
         shared: SharedCache | None = None,
         shared_write: bool = False,
         limits: WorkerLimits | None = None,
+        queries: tuple[Query, ...] = (),
     ) -> None:
         self.cache = cache
+        self.queries = queries  # computed for each file after its parse (profscope.views.registry.queries)
         self.limits = limits or WorkerLimits()
         self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
         self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
@@ -435,15 +417,14 @@ class IngestManager:
             state.attempts += 1
             if state.attempts == 1 and self.metrics is not None:
                 self.metrics.on_start()
-            request = IngestRequest(
-                source=self.source_for(trace.source),
-                key=trace.key,
-                size=trace.info.size,
+            request = IngestRequest.for_file(
+                trace,
+                self.source_for(trace.source),
+                self.cache.root,
+                self.queries,
+                self.max_trace_bytes,
+                self.max_snapshot_bytes,
                 cache_key=key,
-                cache_root=str(self.cache.root),
-                max_trace_bytes=self.max_trace_bytes,
-                kind=trace.kind,
-                max_snapshot_bytes=self.max_snapshot_bytes,
             )
             try:
                 future = self._ensure_pool().submit(run_job, request)

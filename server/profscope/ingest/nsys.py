@@ -35,13 +35,12 @@ from typing import IO, Any
 
 import numpy as np
 
+from profscope import parser_versions
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import _sort_events
 from profscope.tables import NO_ID, SCHEMA, Kind, StringTable, TraceTables, Track
 
-NSYS_PARSER_VERSION = 1  # bump when the tables this parser writes change
 SQLITE_HEADER = b"SQLite format 3\x00"
-EXPORT_HINT = "export it with `nsys export --type sqlite FILE.nsys-rep` (profscope cannot read the binary format)"
 
 # every nsys export has StringIds; a profile without CUDA or NVTX has nothing the views could show
 _STRING_TABLE = "StringIds"
@@ -218,7 +217,7 @@ class _Builder:
         _sort_events(columns, np.arange(len(events["ts_ns"]), dtype=np.int64))
         meta.update(
             origin_us=origin_ns / 1000.0,
-            parser_version=NSYS_PARSER_VERSION,
+            parser_version=parser_versions.NSYS,
             event_count=len(events["ts_ns"]),
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )

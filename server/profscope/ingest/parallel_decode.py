@@ -14,7 +14,8 @@ import contextlib
 import gc
 import multiprocessing
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -30,11 +31,24 @@ _VALIDATOR = msgspec.json.Decoder(list[msgspec.Raw])
 _READY = b"ready"
 
 
+@dataclass(frozen=True)
+class PieceDecoder:
+    """How a format decodes its pieces (module-level functions: the helper process receives them by name).
+
+    ``decode(piece, native)`` returns a decoded piece; ``new_builder()`` a table builder with ``partial()``;
+    ``add(builder, decoded, piece_index)`` adds a decoded piece to a builder."""
+
+    decode: Callable[[bytes, bool], Any]
+    new_builder: Callable[[], Any]
+    add: Callable[[Any, Any, int], None]
+
+
 class PieceRouter:
     """Decides per piece: decode here, or send to the helper. ``route`` returns (piece index, decoded or None)."""
 
-    def __init__(self, enabled: bool, native: bool = True) -> None:
+    def __init__(self, enabled: bool, decoder: PieceDecoder, native: bool = True) -> None:
         self.enabled = enabled
+        self.decoder = decoder
         self.native = native
         self.pieces = 0
         self._connection: Connection | None = None
@@ -43,8 +57,6 @@ class PieceRouter:
         self.sent = 0
 
     def route(self, piece: bytes) -> Any:
-        from profscope.ingest.kineto import decode_piece
-
         if self.enabled and self.pieces == START_AFTER_PIECES and self._process is None:
             self._start()
         index = self.pieces
@@ -60,7 +72,7 @@ class PieceRouter:
             self.sent += 1
             decoded = None
         else:
-            decoded = decode_piece(piece, self.native)
+            decoded = self.decoder.decode(piece, self.native)
         self.pieces += 1
         return index, decoded
 
@@ -90,7 +102,7 @@ class PieceRouter:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
         process = context.Process(
-            target=_decode_pieces, args=(theirs, self.native), name="profscope-second-core", daemon=True
+            target=_decode_pieces, args=(theirs, self.decoder, self.native), name="profscope-second-core", daemon=True
         )
         try:
             process.start()
@@ -124,16 +136,14 @@ class PieceRouter:
                 self._process.kill()
 
 
-def _decode_pieces(connection: Connection, native: bool) -> None:
+def _decode_pieces(connection: Connection, decoder: PieceDecoder, native: bool) -> None:
     """The helper: decode pieces until the empty message, then send back the partial tables."""
-    from profscope.ingest.kineto import TableBuilder, add_decoded, decode_piece
-
     gc.disable()  # as in the parsing process: millions of short-lived objects, no cycles
-    builder = TableBuilder()
+    builder = decoder.new_builder()
     try:
         connection.send_bytes(_READY)
         while index := connection.recv_bytes():
-            add_decoded(builder, decode_piece(connection.recv_bytes(), native), int.from_bytes(index, "little"))
+            decoder.add(builder, decoder.decode(connection.recv_bytes(), native), int.from_bytes(index, "little"))
         connection.send(builder.partial())
     except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return

@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.analysis.distributed import build_distributed, summary_from_json
+from profscope.analysis.payloads import query_of
+from profscope.analysis.rank_summary import rank_payload
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
-from profscope.state import Profscope
+from profscope.views.responses import Distributed, NotDistributed
+from profscope.views.view import NO_TRACE, RunFacts, View
+
+if TYPE_CHECKING:
+    from profscope.state import Profscope
 
 router = APIRouter(prefix="/api", tags=["distributed"])
 
-PAYLOAD = "distributed.rank"
-_BUILT_CACHE_SIZE = 8
-_built: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
-_built_lock = threading.Lock()
+PAYLOAD = query_of(rank_payload).name
 
 
 @router.get(
     "/distributed",
+    response_model=Distributed | NotDistributed,
     summary="All ranks of a span: computation/communication overlap, synchronizing vs data transfer, stragglers",
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},
         404: {"description": "No such run, or no such span: `{detail}`."},
+        200: {
+            "description": "The ranks side by side; or, for a run that is not distributed, "
+            "`{run, applies: false, reason}`."
+        },
     },
 )
 def distributed(
@@ -41,6 +47,9 @@ def distributed(
     ),
 ) -> Response:
     state = get_state(request)
+    reason = state.not_distributed_reason(run)
+    if reason is not None:
+        return json_response({"run": run.name, "applies": False, "reason": f"Distributed does not apply: {reason}."})
     found = run.span_group(span)
     if found is None:
         raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
@@ -50,16 +59,9 @@ def distributed(
     ident = {"run": run.name, "span": group[traces[0].worker], "span_position": position + 1}
     if pending:
         return json_response({**ident, **_progress(state, traces, pending)}, status_code=202)
-    key = tuple((item["cache_key"], "summary" in item) for item in inputs)
-    with _built_lock:
-        body = _built.get(key)
-    if body is None:
-        body = build_distributed([_loaded(state, item) for item in inputs])
-        with _built_lock:
-            _built[key] = body
-            while len(_built) > _BUILT_CACHE_SIZE:
-                _built.popitem(last=False)
-    return json_response({**ident, "workers": len(traces), **_with_links(body, run, group)})
+    key = ("distributed", *((item["cache_key"], "summary" in item) for item in inputs))
+    body = state.store.loaded(key, lambda: build_distributed([_loaded(state, item) for item in inputs]))
+    return json_response({**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)})
 
 
 def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, Any]], list[TraceFile]]:
@@ -72,7 +74,7 @@ def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, 
             "file": trace.key,
             "cache_key": trace.cache_key,
         }
-        if state.cache.view_path(trace.cache_key, PAYLOAD).exists():
+        if state.store.available(trace.cache_key, PAYLOAD):
             inputs.append({**item, "summary": None})
             continue
         status = state.ingest.request(trace, urgent=True)
@@ -90,7 +92,7 @@ def _loaded(state: Profscope, item: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in item.items() if k != "cache_key"}
     if "summary" not in item:
         return out
-    data = state.cache.read_view(item["cache_key"], PAYLOAD)
+    data = state.store.result(item["cache_key"], PAYLOAD)
     summary, error = summary_from_json(data) if data is not None else (None, "its summary disappeared from the cache")
     out.pop("summary")
     return {**out, "summary": summary} if summary is not None else {**out, "error": error}
@@ -130,8 +132,8 @@ def _with_links(body: dict[str, Any], run: Run, group: dict[str, str]) -> dict[s
 
 
 def trace_url(run: str, span: str, workers: list[str], window: dict[str, float]) -> str:
-    """The Trace view of these workers side by side; the window is relative to the FIRST worker's trace
-    origin (``/work/notes/timeline-api.md``: page URL ``/trace``)."""
+    """The Trace view of these workers side by side, the first worker's call (``event``) selected; the
+    window is relative to the FIRST worker's trace origin (the Trace page reads ``start_us`` / ``end_us`` so)."""
     query = {
         "run": run,
         "span": span,
@@ -139,4 +141,15 @@ def trace_url(run: str, span: str, workers: list[str], window: dict[str, float])
         "start_us": f"{window['start_us']:.3f}",
         "end_us": f"{window['end_us']:.3f}",
     }
+    if window.get("event") is not None:  # the late rank's call, selected and scrolled into view
+        query.update({"slice": str(window["event"]), "slice_worker": workers[0], "slice_span": span})
     return f"/trace?{urlencode(query)}"
+
+
+def applies(facts: RunFacts) -> str | None:
+    if not facts.traces:
+        return NO_TRACE
+    return facts.not_distributed
+
+
+VIEW = View("distributed", "Distributed", router, queries=(query_of(rank_payload),), applies=applies)

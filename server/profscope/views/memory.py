@@ -1,31 +1,32 @@
 """JSON twins of the Memory page: the profiler's memory events, CUDA allocator snapshots, InternLM memory.log.
 
 Both read the cached tables memory-mapped; the few structures a request needs (device names and
-sorted records, the event attribution, a snapshot's tables) are kept for the last few files.
+sorted records, the event attribution, a snapshot's tables) are kept in the store's bounded cache.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
-from threading import Lock
 from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
+from profscope.analysis import snapshot_stacks as snapshot_queries
 from profscope.analysis.memory import (
     MemoryAttribution,
     MemoryRecords,
     curve,
     curve_unavailable_reason,
+    memory_attribution,
     memory_events,
     memory_records,
     memory_statistics,
     peaks,
 )
 from profscope.analysis.memory_log import SUNBURSTS, layer_tree, log_curve, log_summary
+from profscope.analysis.payloads import query_of
 from profscope.analysis.snapshot_stacks import allocation_row, stack_frames, stack_tree, top_allocations
 from profscope.analysis.snapshot_state import oom_moments, segment_state
 from profscope.analysis.snapshot_timeline import (
@@ -43,6 +44,19 @@ from profscope.ingest.memory_log import MemoryLog
 from profscope.ingest.memory_log_job import MEMORY_LOG_VIEW
 from profscope.snapshot_tables import SnapshotTables
 from profscope.tables import TraceTables
+from profscope.views.responses import (
+    MemoryLogCurve,
+    MemoryLogLayers,
+    ProfilerMemory,
+    SnapshotAllocation,
+    SnapshotOoms,
+    SnapshotSegments,
+    SnapshotStacks,
+    SnapshotSummary,
+    SnapshotTimeline,
+    SnapshotTop,
+)
+from profscope.views.view import RunFacts, View
 
 router = APIRouter(prefix="/api/memory", tags=["memory"])
 
@@ -51,34 +65,16 @@ _STATUS_DOC = {
     404: {"description": "No such run, worker, span, snapshot, memory.log, device or layout: `{detail}`."},
     422: {"description": "The file could not be read (e.g. a pickle that is not plain data): `{error, file}`."},
 }
-KEEP_LOADED = 4
-
-
-class _Loaded:
-    """The last few files' request-time structures, by cache key."""
-
-    def __init__(self) -> None:
-        self._items: OrderedDict[str, Any] = OrderedDict()
-        self._lock = Lock()
-
-    def get(self, key: str, build: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        value = build()
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > KEEP_LOADED:
-                self._items.popitem(last=False)
-        return value
-
-
-_loaded = _Loaded()
 
 
 def _ident(file: TraceFile) -> dict[str, str]:
     return {"run": file.run, "worker": file.worker, "file": file.key}
+
+
+def applies(facts: RunFacts) -> str | None:
+    if facts.memory:
+        return None
+    return "This run has no memory events (profile_memory=True), allocator snapshots or memory.log files"
 
 
 def _window(start_us: float | None, end_us: float | None) -> None:
@@ -87,7 +83,12 @@ def _window(start_us: float | None, end_us: float | None) -> None:
 
 
 # ---- profiler memory events ----------------------------------------------------------------------
-@router.get("", responses=_STATUS_DOC, summary="Profiler memory: devices, peaks, curve, memory events, per-op stats")
+@router.get(
+    "",
+    response_model=ProfilerMemory,
+    responses=_STATUS_DOC,
+    summary="Profiler memory: devices, peaks, curve, memory events, per-op stats",
+)
 def profiler_memory(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -104,8 +105,9 @@ def profiler_memory(
     data, pending = payload_or_status(state, trace, "memory.attribution")
     if pending is not None:
         return pending
-    tables, records, attribution = _loaded.get(
-        trace.cache_key, lambda: _load_profiler_memory(state.cache.tables_dir(trace.cache_key), data)
+    tables, records, attribution = state.store.loaded(
+        ("profiler memory", trace.cache_key),
+        lambda: _load_profiler_memory(state.store.trace_tables(trace.cache_key), data),
     )
     base = {**_ident(trace), "span": trace.span, "devices": records.names}
     if not records.names:
@@ -139,8 +141,7 @@ def profiler_memory(
     )
 
 
-def _load_profiler_memory(tables_dir: Any, attribution_json: bytes) -> tuple:
-    tables = TraceTables.load(tables_dir)
+def _load_profiler_memory(tables: TraceTables, attribution_json: bytes) -> tuple:
     records: MemoryRecords = memory_records(tables)
     body = orjson.loads(attribution_json)
     attribution = MemoryAttribution.from_json(body) if body else _no_attribution(tables)
@@ -175,7 +176,7 @@ def _snapshot_view(request: Request, snapshot: TraceFile, shape: Callable[[Snaps
     if pending is not None:
         return pending
     summary = orjson.loads(data)
-    tables = _loaded.get(snapshot.cache_key, lambda: SnapshotTables.load(state.cache.tables_dir(snapshot.cache_key)))
+    tables = state.store.snapshot_tables(snapshot.cache_key)
     return json_response({**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)})
 
 
@@ -195,12 +196,22 @@ Moment = Literal["peak", "end"]
 MomentQuery = Query("peak", description="peak: live at the device's peak allocated bytes; end: at snapshot time")
 
 
-@router.get("/snapshot", responses=_STATUS_DOC, summary="Snapshot summary: devices, peaks, allocator settings")
+@router.get(
+    "/snapshot",
+    response_model=SnapshotSummary,
+    responses=_STATUS_DOC,
+    summary="Snapshot summary: devices, peaks, allocator settings",
+)
 def snapshot_summary(request: Request, snapshot: TraceFile = Depends(get_snapshot)) -> Response:
     return _snapshot_view(request, snapshot, lambda tables, summary: summary)
 
 
-@router.get("/snapshot/timeline", responses=_STATUS_DOC, summary="Active memory timeline, drawn at a size")
+@router.get(
+    "/snapshot/timeline",
+    response_model=SnapshotTimeline,
+    responses=_STATUS_DOC,
+    summary="Active memory timeline, drawn at a size",
+)
 def snapshot_timeline(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -222,7 +233,7 @@ def snapshot_timeline(
         return pending
     chosen = _device(orjson.loads(data), device)
     if is_default_request(start, end, width_px, height_px, min_px):
-        cached = state.cache.read_view(snapshot.cache_key, default_timeline_view(chosen))
+        cached = state.store.result(snapshot.cache_key, default_timeline_view(chosen))
         if cached is not None:
             return json_response({**_ident(snapshot), "snapshot": snapshot.span, **orjson.loads(cached)})
     return _snapshot_view(
@@ -232,14 +243,24 @@ def snapshot_timeline(
     )
 
 
-@router.get("/snapshot/segments", responses=_STATUS_DOC, summary="Allocator state: segments, blocks, fragmentation")
+@router.get(
+    "/snapshot/segments",
+    response_model=SnapshotSegments,
+    responses=_STATUS_DOC,
+    summary="Allocator state: segments, blocks, fragmentation",
+)
 def snapshot_segments(
     request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
     return _snapshot_view(request, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device)))
 
 
-@router.get("/snapshot/top", responses=_STATUS_DOC, summary="Largest allocations live at the peak (or at the end)")
+@router.get(
+    "/snapshot/top",
+    response_model=SnapshotTop,
+    responses=_STATUS_DOC,
+    summary="Largest allocations live at the peak (or at the end)",
+)
 def snapshot_top(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -252,7 +273,12 @@ def snapshot_top(
     )
 
 
-@router.get("/snapshot/stacks", responses=_STATUS_DOC, summary="Live bytes grouped by call stack (sunburst)")
+@router.get(
+    "/snapshot/stacks",
+    response_model=SnapshotStacks,
+    responses=_STATUS_DOC,
+    summary="Live bytes grouped by call stack (sunburst)",
+)
 def snapshot_stacks(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -264,7 +290,12 @@ def snapshot_stacks(
     )
 
 
-@router.get("/snapshot/oom", responses=_STATUS_DOC, summary="Out-of-memory moments: request, free memory, live")
+@router.get(
+    "/snapshot/oom",
+    response_model=SnapshotOoms,
+    responses=_STATUS_DOC,
+    summary="Out-of-memory moments: request, free memory, live",
+)
 def snapshot_oom(
     request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
@@ -274,13 +305,20 @@ def snapshot_oom(
     def shape(tables: SnapshotTables, summary: dict) -> dict:
         moments = oom_moments(tables, _device(summary, device))
         for oom in moments["ooms"]:
-            oom["frames"] = [_linked(settings, f) for f in stack_frames(tables, oom["stack"], python_only=True)]
+            oom["frames"] = [
+                _linked(settings, f, snapshot) for f in stack_frames(tables, oom["stack"], python_only=True)
+            ]
         return moments
 
     return _snapshot_view(request, snapshot, shape)
 
 
-@router.get("/snapshot/allocation", responses=_STATUS_DOC, summary="One allocation with its whole call stack")
+@router.get(
+    "/snapshot/allocation",
+    response_model=SnapshotAllocation,
+    responses=_STATUS_DOC,
+    summary="One allocation with its whole call stack",
+)
 def snapshot_allocation(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
@@ -294,7 +332,7 @@ def snapshot_allocation(
         if id >= tables.row_count("allocations"):
             raise HTTPException(404, detail=f"no allocation {id}")
         row = allocation_row(tables, id)
-        frames = [_linked(settings, f) for f in stack_frames(tables, row["stack"], python_only=False)]
+        frames = [_linked(settings, f, snapshot) for f in stack_frames(tables, row["stack"], python_only=False)]
         if not all_frames:
             frames = [f for f in frames if f["filename"].endswith(".py")] or frames
         return {**row, "device": int(tables.table("allocations")["device"][id]), "frames": frames}
@@ -302,10 +340,10 @@ def snapshot_allocation(
     return _snapshot_view(request, snapshot, shape)
 
 
-def _linked(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
+def _linked(settings: Any, frame: dict[str, Any], snapshot: TraceFile) -> dict[str, Any]:
     if frame["filename"] in ("", "??") or frame["line"] <= 0:
         return {**frame, "links": {}}
-    return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]})}
+    return {**frame, "links": frame_links(settings, {"path": frame["filename"], "line": frame["line"]}, snapshot)}
 
 
 # ---- InternLM memory.log ------------------------------------------------------------------------
@@ -325,11 +363,16 @@ def _memory_log_view(request: Request, file: TraceFile, shape: Callable[[MemoryL
     data, pending = payload_or_status(state, file, MEMORY_LOG_VIEW)
     if pending is not None:
         return pending
-    log = _loaded.get(file.cache_key, lambda: MemoryLog.from_json(orjson.loads(data)))
+    log = state.store.loaded(("memory.log", file.cache_key), lambda: MemoryLog.from_json(orjson.loads(data)))
     return json_response({**_ident(file), "log": file.span, **shape(log)})
 
 
-@router.get("/log", responses=_STATUS_DOC, summary="InternLM memory.log: memory curve, by category, with peaks")
+@router.get(
+    "/log",
+    response_model=MemoryLogCurve,
+    responses=_STATUS_DOC,
+    summary="InternLM memory.log: memory curve, by category, with peaks",
+)
 def memory_log(
     request: Request,
     file: TraceFile = Depends(get_memory_log),
@@ -347,7 +390,12 @@ def memory_log(
     )
 
 
-@router.get("/log/layers", responses=_STATUS_DOC, summary="InternLM memory.log: one category's bytes by layer")
+@router.get(
+    "/log/layers",
+    response_model=MemoryLogLayers,
+    responses=_STATUS_DOC,
+    summary="InternLM memory.log: one category's bytes by layer",
+)
 def memory_log_layers(
     request: Request,
     file: TraceFile = Depends(get_memory_log),
@@ -366,3 +414,12 @@ def memory_log_layers(
         return tree
 
     return _memory_log_view(request, file, shape)
+
+
+VIEW = View(
+    "memory",
+    "Memory",
+    router,
+    queries=(query_of(memory_attribution), query_of(snapshot_queries.snapshot_summary)),
+    applies=applies,
+)

@@ -193,7 +193,7 @@ def collective_kind(name: str) -> str:
 
 
 # Bytes per element of the collective ``dtype`` arg (c10 ScalarType names) and of ``Input type``
-# (C++ type names; torch-tb-profiler's table covered six of them, ``anchors.md`` §1.10).
+# (C++ type names; torch-tb-profiler's table covered six of them, ``docs/definitions.md`` §6).
 DTYPE_BYTES = {
     "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
     "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "UInt16": 2, "UInt32": 4, "UInt64": 8,

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from typing import Any
 
-import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
@@ -18,6 +15,9 @@ from profscope.api.deps import get_state, get_trace, json_response, payload_or_s
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
 from profscope.tables import TraceTables
+from profscope.views.responses import AreaSummary, SliceDetails, SliceSearch, TimelineWindow, TraceExport, TrackListing
+from profscope.views.shared import ident
+from profscope.views.view import View
 
 router = APIRouter(prefix="/api/timeline", tags=["trace view"])
 
@@ -31,44 +31,6 @@ MAX_WIDTH_PX = 16384
 DEFAULT_EXPORT_LIMIT = 1_000_000
 
 
-class LoadedTraces:
-    """Recently used (tables, index) pairs, memory-mapped from the cache; a few per server."""
-
-    def __init__(self, capacity: int = 8) -> None:
-        self._entries: OrderedDict[str, tuple[TraceTables, TimelineIndex]] = OrderedDict()
-        self._searches: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self.capacity = capacity
-
-    def get(self, cache: Any, cache_key: str) -> tuple[TraceTables, TimelineIndex]:
-        with self._lock:
-            if cache_key in self._entries:
-                self._entries.move_to_end(cache_key)
-                return self._entries[cache_key]
-        loaded = (TraceTables.load(cache.tables_dir(cache_key)), TimelineIndex.load(cache.timeline_dir(cache_key)))
-        with self._lock:
-            self._entries[cache_key] = loaded
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        return loaded
-
-    def search(self, cache_key: str, tables: TraceTables, query: str) -> np.ndarray:
-        key = (cache_key, query.lower())
-        with self._lock:
-            if key in self._searches:
-                self._searches.move_to_end(key)
-                return self._searches[key]
-        rows = timeline.search_rows(tables, query)
-        with self._lock:
-            self._searches[key] = rows
-            while len(self._searches) > 4 * self.capacity:
-                self._searches.popitem(last=False)
-        return rows
-
-
-_loaded = LoadedTraces()
-
-
 def _open(request: Request, trace: TraceFile) -> tuple[TraceTables, TimelineIndex] | Response:
     state = get_state(request)
     data, pending = payload_or_status(state, trace, "timeline")
@@ -78,15 +40,11 @@ def _open(request: Request, trace: TraceFile) -> tuple[TraceTables, TimelineInde
     if "error" in marker:
         return json_response({"error": marker["error"], "file": trace.key, "state": "error"}, status_code=422)
     try:
-        return _loaded.get(state.cache, trace.cache_key)
+        return state.store.trace_tables(trace.cache_key), state.store.timeline_index(trace.cache_key)
     except (OSError, ValueError, KeyError):  # the cache was removed under us: parse again
         state.ingest.retry(trace)
         _, pending = payload_or_status(state, trace, "timeline")
         return pending if pending is not None else json_response({"state": "queued"}, status_code=202)
-
-
-def _ident(trace: TraceFile) -> dict[str, str]:
-    return {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
 
 
 def _track_set(tracks: str | None) -> set[str] | None:
@@ -112,17 +70,23 @@ END = Query(None, ge=-MAX_ABS_TIME_US, le=MAX_ABS_TIME_US,
 TRACKS = Query(None, description="Comma-separated track ids (from /api/timeline/tracks); default all")
 
 
-@router.get("/tracks", responses=_STATUS_DOC, summary="The trace's track groups and tracks, in display order")
+@router.get(
+    "/tracks",
+    response_model=TrackListing,
+    responses=_STATUS_DOC,
+    summary="The trace's track groups and tracks, in display order",
+)
 def tracks(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
     opened = _open(request, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened
-    return json_response({**_ident(trace), **timeline.track_listing(tables, index)})
+    return json_response({**ident(trace), **timeline.track_listing(tables, index)})
 
 
 @router.get(
     "",
+    response_model=TimelineWindow,
     responses=_STATUS_DOC,
     summary="What is visible in a time window at a pixel width (server-side level of detail)",
     description=(
@@ -148,7 +112,12 @@ def window(
     return json_response(timeline.window(tables, index, start, end, width_px, _track_set(tracks)))
 
 
-@router.get("/slice", responses=_STATUS_DOC, summary="One slice: details, arguments, flows and Python stack")
+@router.get(
+    "/slice",
+    response_model=SliceDetails,
+    responses=_STATUS_DOC,
+    summary="One slice: details, arguments, flows and Python stack",
+)
 def slice_details(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -162,12 +131,12 @@ def slice_details(
         raise HTTPException(status_code=404, detail=f"no slice {id} in {trace.key}")
     details = timeline.slice_details(tables, index, id)
     settings = get_state(request).settings
-    details["stack"] = [_frame(settings, frame) for frame in details["stack"]]
-    return json_response({**_ident(trace), **details})
+    details["stack"] = [_frame(settings, frame, trace) for frame in details["stack"]]
+    return json_response({**ident(trace), **details})
 
 
-def _frame(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
-    links = frame_links(settings, frame)
+def _frame(settings: Any, frame: dict[str, Any], trace: TraceFile) -> dict[str, Any]:
+    links = frame_links(settings, frame, trace)
     return {
         "name": frame["text"],
         "file": frame.get("path"),
@@ -177,7 +146,12 @@ def _frame(settings: Any, frame: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@router.get("/search", responses=_STATUS_DOC, summary="Slices whose name contains a text, in time order")
+@router.get(
+    "/search",
+    response_model=SliceSearch,
+    responses=_STATUS_DOC,
+    summary="Slices whose name contains a text, in time order",
+)
 def search(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -188,13 +162,20 @@ def search(
     if isinstance(opened, Response):
         return opened
     tables, timeline_index = opened
-    rows = _loaded.search(trace.cache_key, tables, q)
+    rows = get_state(request).store.loaded(
+        ("search", trace.cache_key, q.lower()), lambda: timeline.search_rows(tables, q)
+    )
     position = index % len(rows) if len(rows) else 0
     match = timeline.search_match(tables, timeline_index, rows, position)
-    return json_response({**_ident(trace), "q": q, "count": len(rows), "index": position, "match": match})
+    return json_response({**ident(trace), "q": q, "count": len(rows), "index": position, "match": match})
 
 
-@router.get("/summary", responses=_STATUS_DOC, summary="What runs in a time range: time per name and per track")
+@router.get(
+    "/summary",
+    response_model=AreaSummary,
+    responses=_STATUS_DOC,
+    summary="What runs in a time range: time per name and per track",
+)
 def summary(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -207,11 +188,12 @@ def summary(
         return opened
     tables, index = opened
     start, end = _window_ns(index, start_us, end_us)
-    return json_response({**_ident(trace), **timeline.area_summary(tables, index, start, end, _track_set(tracks))})
+    return json_response({**ident(trace), **timeline.area_summary(tables, index, start, end, _track_set(tracks))})
 
 
 @router.get(
     "/export",
+    response_model=TraceExport,
     responses={**_STATUS_DOC, 200: {"description": "A Chrome trace JSON file (opens in Perfetto / chrome://tracing)"}},
     summary="The slices of a time window as a Chrome trace file",
 )
@@ -236,3 +218,6 @@ def export(
         media_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+VIEW = View("trace", "Trace", router)
