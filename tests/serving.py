@@ -37,12 +37,14 @@ class Server:
     roots: list[Path] = field(default_factory=list)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until the first scan is done: /readyz answers 200, or 503 with the roots that could not be listed."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"profscope exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
-                if get_json(f"{self.url}/readyz")[0] == 200:
+                status, body = get_json(f"{self.url}/readyz")
+                if status == 200 or (isinstance(body, dict) and body.get("scans")):
                     return
             except (OSError, ValueError):
                 pass
@@ -67,11 +69,12 @@ class Server:
             self.process.wait()
 
 
-def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str) -> Server:
+def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str, cwd: Path | None = None) -> Server:
+    """``profscope serve`` on a free port, its output in ``log``; ``cwd``: where relative roots are read from."""
     command = [sys.executable, "-m", "profscope.cli", "serve", *map(str, roots), "--port", str(free_port()),
                "--cache-dir", str(cache_dir), "--log-level", "warning", *extra]  # fmt: skip
     port = command[command.index("--port") + 1]
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd)
     server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log, roots=roots)
     try:
         server.wait_ready()

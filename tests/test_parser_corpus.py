@@ -47,7 +47,7 @@ def _independent_counts(path: Path) -> Counter:
 
 
 def test_corpus_is_present(corpus: Path) -> None:
-    assert len(_corpus_traces()) >= 60
+    assert len(_corpus_traces()) >= 29  # tests/corpus: see its NOTICE
 
 
 @pytest.mark.parametrize("relative", _corpus_traces())

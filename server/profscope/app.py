@@ -100,8 +100,9 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/readyz", include_in_schema=False)
     def readyz(request: Request) -> JSONResponse:
         state: Profscope = request.app.state.profscope
-        ready = state.scans > 0
-        return JSONResponse({"ready": ready, "scans": state.scans}, status_code=200 if ready else 503)
+        ready, failing = state.readiness()  # what "ready" means with roots that cannot be listed: see there
+        body = {"ready": ready, "scans": state.scans, "failing_roots": failing}
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profscope import __version__
+from profscope.cache_bounds import DEFAULT_CACHE_MAX_BYTES
 from profscope.config import Settings, default_cache_dir, env, env_flag
 
 if TYPE_CHECKING:
@@ -82,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float(env("RESCAN_SECONDS") or 10.0),
         help="how often the roots are listed again to find new or changed files (default 10)",
+    )
+    serve.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=_int_env("CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES),
+        help="bound the local cache: beyond this many bytes, the least recently used entries that no served run "
+        "needs are removed (entries of deleted or overwritten files always are); 0: no bound (default 20 GiB)",
     )
     _add_limit_arguments(serve)
     serve.add_argument(
@@ -274,11 +285,20 @@ def _cache_locations(args: argparse.Namespace, roots: list[str]) -> tuple[Path |
     return (Path(args.local_cache_dir) if args.local_cache_dir else None), args.cache_dir
 
 
+def _absolute(root: str) -> str:
+    """A local root as an absolute path, read from the directory profscope was started in (as shown and logged)."""
+    from profscope.sources import is_object_store_uri
+
+    if is_object_store_uri(root):
+        return root
+    return str(Path(root.removeprefix("file://")).expanduser().resolve())
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     from profscope.assets import demo_traces
 
     env_roots = [r.strip() for r in (env("ROOTS") or "").split(",") if r.strip()]
-    roots = args.roots or env_roots or [str(demo_traces())]
+    roots = [_absolute(root) for root in args.roots or env_roots or [str(demo_traces())]]
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
     path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
     path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
@@ -292,6 +312,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         shared_cache_write=args.shared_cache_write,
         workers=max(1, args.workers),
         rescan_seconds=args.rescan_seconds,
+        cache_max_bytes=max(0, args.cache_max_bytes),
         max_trace_bytes=args.max_trace_bytes,
         max_snapshot_bytes=args.max_snapshot_bytes,
         max_parse_seconds=args.max_parse_seconds,
@@ -315,6 +336,30 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 KEEP_ALIVE_SECONDS = 75
 
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM after uvicorn's graceful shutdown (uvicorn raises the signal again once it is done)."""
+
+
+def _stop_on_signal(number: int, frame: object) -> None:
+    raise _Stopped(number)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound (and listening: early connections wait in its backlog) before anything says
+    "serving on"; OSError when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart while in TIME_WAIT
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -327,6 +372,11 @@ def serve(args: argparse.Namespace) -> int:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    try:
+        sock = _bind(settings.host, settings.port)
+    except OSError as exc:
+        print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
     app = create_app(settings)
     access = []
@@ -344,10 +394,14 @@ def serve(args: argparse.Namespace) -> int:
             "shared cache %s (%s), unpacked into %s", redact(settings.shared_cache),
             "read and written" if settings.shared_cache_write else "read only", settings.cache_dir,
         )  # fmt: skip
-    uvicorn.run(
+    config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )  # fmt: skip
+    for number in (signal.SIGINT, signal.SIGTERM):  # a normal exit: the parser pool's queues are released
+        signal.signal(number, _stop_on_signal)
+    with contextlib.suppress(_Stopped):
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
@@ -379,6 +433,10 @@ def ingest(args: argparse.Namespace) -> int:
     from profscope.views.registry import queries
 
     map_large_arrays_directly()  # as the worker processes do
+    unreadable = [f"{p}: {'not a file' if p.exists() else 'no such file'}" for p in args.files if not p.is_file()]
+    if unreadable:
+        print(f"profscope ingest: {'; '.join(unreadable)}", file=sys.stderr)
+        return 2
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
     failures = 0
     for path in args.files:

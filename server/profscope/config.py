@@ -24,6 +24,7 @@ class Settings:
     shared_cache_write: bool = False  # publish what this server parses to the shared cache
     workers: int = max(1, min(4, (os.cpu_count() or 2)))
     rescan_seconds: float = 10.0
+    cache_max_bytes: int = 20 << 30  # beyond it, least recently used entries no served run needs are evicted
     max_trace_bytes: int = 64 << 30
     max_snapshot_bytes: int = 8 << 30
     max_parse_seconds: float = 3600.0  # a parse still running after this is stopped (its worker killed)

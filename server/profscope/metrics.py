@@ -95,6 +95,11 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.ingest = IngestMetrics(self.registry)
+        self.cache_removed = Counter(
+            "profscope_cache_entries_removed", "Local cache entries removed, by reason: gone (the object was deleted "
+            "or overwritten) or size (least recently used, beyond --cache-max-bytes)", ["reason"],
+            registry=self.registry,
+        )  # fmt: skip
         self.shared_cache = SharedCacheMetrics(self.registry)
         self.request_duration = Histogram(
             "profscope_http_request_duration_seconds",
@@ -146,6 +151,10 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "profscope_cache_size_bytes", "Bytes under the cache directory (refreshed every 30 s at most)",
             value=self._cache_size.get(),
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "profscope_cache_max_bytes", "--cache-max-bytes: the bound on entries no served run needs (0: none)",
+            value=state.settings.cache_max_bytes,
         )  # fmt: skip
 
 

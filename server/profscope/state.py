@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.analysis.distributed import not_ranks_of_one_job
 from profscope.cache import TraceCache
+from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
 from profscope.catalog import Run, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
@@ -98,6 +99,8 @@ class Profscope:
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.scans = 0
+        self._tidied: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # when, and the files then
+        self._told_cache_too_small = False
         self.metrics.watch(self)
 
     def _unique_label(self, shown: str) -> str:
@@ -123,6 +126,7 @@ class Profscope:
             self._runs = runs
         self.scans += 1
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
+        self._tidy_cache(runs)
         if self.settings.eager_ingest:
             for run in runs.values():
                 for trace in run.traces() + run.snapshots() + run.memory_logs():
@@ -142,8 +146,43 @@ class Profscope:
         recovered = root.error is not None and root.listed_at > 0
         if recovered:
             log.warning("%s is readable again", root.uri)
+        elif root.error is not None:
+            log.info("%s can be listed now: %d files", root.uri, len(objects))
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
+
+    def _tidy_cache(self, runs: dict[str, Run]) -> None:
+        """Bound the cache (cache_bounds.py) when the files served changed, and every minute for its size."""
+        files = [f for run in runs.values() for f in run.traces() + run.snapshots() + run.memory_logs()]
+        for file in files:  # entries written since the last scan: from then on known as this root's
+            self.cache.record_origin(file.cache_key, file.source, file.key)
+        live = {f.cache_key for f in files}
+        last_at, last_files = self._tidied
+        if frozenset(live) == last_files and time.monotonic() - last_at < TIDY_EVERY_S:
+            return
+        self._tidied = (time.monotonic(), frozenset(live))
+        listed = {r.source.uri for r in self.roots if r.source is not None and r.error is None and r.listed_at}
+        report = tidy_cache(self.cache, live, listed, self.settings.cache_max_bytes)
+        self.metrics.cache_removed.labels("gone").inc(len(report.gone))
+        self.metrics.cache_removed.labels("size").inc(len(report.evicted))
+        if report.gone or report.evicted:
+            log.info("cache: removed %d entries of deleted or overwritten files and %d least recently used "
+                     "ones; %d bytes kept", len(report.gone), len(report.evicted), report.bytes_kept)  # fmt: skip
+        if 0 < self.settings.cache_max_bytes < report.live_bytes and not self._told_cache_too_small:
+            self._told_cache_too_small = True
+            log.warning("the runs served take %d bytes of cache, more than --cache-max-bytes %d: they are kept "
+                        "(evicting them would parse them again at every rescan)", report.live_bytes,
+                        self.settings.cache_max_bytes)  # fmt: skip
+
+    def readiness(self) -> tuple[bool, list[dict[str, str]]]:
+        """(ready, roots that cannot be listed). Ready once the first scan is done and every root has been listed
+        at least once. A root failing after a good listing does not make the server unready: its runs are still
+        served (marked stale), and a storage outage taking every replica out of its Service at once would
+        serve nothing instead. A root never listed (a folder not there yet, a wrong bucket or credentials at
+        start) keeps it unready, so a probe or a script waiting for it sees why."""
+        failing = [{"root": root.uri, "error": root.error} for root in self.roots if root.error]
+        never_listed = any(not root.listed_at for root in self.roots)
+        return self.scans > 0 and not never_listed, failing
 
     def _retry_storage_failures(self, runs: dict[str, Run], recovered_roots: set[str]) -> None:
         """Read again traces whose read failed on a storage error (not on their content)."""

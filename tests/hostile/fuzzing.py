@@ -44,8 +44,7 @@ TRACE_SEEDS = (
 )
 SNAPSHOT_SEEDS = (
     "memory-snapshots/ZijianDu_Attention/memory.pickle",
-    "memory-snapshots/MAGMA27_assignment2-systems/memory_snapshot.pickle",
-    "memory-snapshots/bcrafton_assignment2-systems/memory_snapshot.pickle",
+    "memory-snapshots/ZidongLiu_DeComFL/memory.pickle",
 )
 EVENTS_PER_CATEGORY = 25
 MAX_TRACE_BYTES = 64 << 20

@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -97,6 +97,11 @@ class IngestState:
 def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     global _progress_queue
     _progress_queue = queue
+    # Ctrl+C in a terminal reaches the whole process group: the server stops its workers itself, so a
+    # worker must not die mid-parse with a KeyboardInterrupt traceback of its own. It was spawned with SIGINT
+    # blocked (a Ctrl+C while it was still importing waits, then is dropped here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if memory_bytes:  # allocations past it raise MemoryError in the parse instead of the OOM killer's SIGKILL
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     map_large_arrays_directly()
@@ -104,6 +109,16 @@ def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread: processes it spawns inherit the mask through exec."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -426,11 +441,12 @@ class IngestManager:
                 self.max_snapshot_bytes,
                 cache_key=key,
             )
-            try:
-                future = self._ensure_pool().submit(run_job, request)
-            except (BrokenProcessPool, RuntimeError):
-                self._restart_pool()
-                future = self._ensure_pool().submit(run_job, request)
+            with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
+                try:
+                    future = self._ensure_pool().submit(run_job, request)
+                except (BrokenProcessPool, RuntimeError):
+                    self._restart_pool()
+                    future = self._ensure_pool().submit(run_job, request)
             self._running[key] = future
             future.add_done_callback(lambda f, k=key, t=trace: self._finished(k, t, f))
 
@@ -453,6 +469,8 @@ class IngestManager:
     def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
         with self._lock:
             self._running.pop(key, None)
+            if self._closed:  # stopped by the server's shutdown: not the file's fault, parsed again at next start
+                return
             state = self._states.get(key) or IngestState()
             had_worker = key in self._worker_pids
             try:
@@ -473,6 +491,7 @@ class IngestManager:
                 self._worker_fault(key, trace, state, reason)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
+                _log_failure(trace, result["error"])
                 self.counters["failed"] += 1
                 self._report_end(state, ok=False)
                 if "retry_after_s" in result:  # the cache could not be written: not the file's fault, nothing to share
@@ -506,6 +525,7 @@ class IngestManager:
             return
         self._remember_error(key, {"message": reason, "kind": "WorkerDied"})
         state.state, state.message = "error", reason
+        _log_failure(trace, reason)
         self.counters["failed"] += 1
         self._report_end(state, ok=False)
         self._publish(key, trace)
@@ -571,6 +591,12 @@ class IngestManager:
                     self._worker_pids[key] = (value, time.monotonic())
                 else:
                     state.bytes_done = value
+
+
+def _log_failure(trace: TraceFile, reason: str) -> None:
+    """Once per failed parse (a failure is remembered in the cache, so the file is not parsed again to fail again)."""
+    where = trace.source if trace.source.endswith(f"/{trace.key}") else f"{trace.source.rstrip('/')}/{trace.key}"
+    log.warning("cannot read %s: %s", where, reason)
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
