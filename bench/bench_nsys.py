@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared/corpus/nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"
+DEFAULT_SOURCE = REPO / "tests/corpus/nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"
 # tables whose rows are events: (table, its time columns, whether it has a correlationId)
 EVENT_TABLES = (
     ("CUPTI_ACTIVITY_KIND_KERNEL", ("start", "end"), True),

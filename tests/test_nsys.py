@@ -37,7 +37,6 @@ CORPUS_EXPORTS = [
     "nsys-sqlite/hpcgroup_pipit/pipit/tests/data/cloverleaf-nsys/perlmutter-cloverleaf-cuda.sqlite",
     "nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/h100_2gpu_1s.sqlite",
     "nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite",
-    "nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/mfu_2gpu_after.sqlite",
 ]
 
 
