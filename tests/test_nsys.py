@@ -16,16 +16,21 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from fastapi.testclient import TestClient
 
 from conftest import corpus_file
 from nsys_export import Export, cuda_graph, cuda_graph_whole, emit_nvtx_ops, two_rank_nccl_run
 from profscope.analysis.call_tree import build_call_tree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.device_activity import communication_device_rows
+from profscope.analysis.overview import overview_for_step_range
+from profscope.app import create_app
 from profscope.catalog import NSYS, build_runs, classify_nsys
+from profscope.config import Settings
 from profscope.ingest.nsys import NsysExportError, parse_nsys, parse_nsys_file
 from profscope.sources.base import ObjectInfo
 from profscope.tables import Kind, TraceTables
+from profscope.views import overview as overview_view
 from profscope.views.registry import queries
 from serving import running_server, wait_for
 
@@ -438,6 +443,33 @@ def test_overview_steps_from_a_picked_range(served: str) -> None:
     assert again == picked  # memoised, the same answer
     missing = httpx.get(f"{served}/api/overview", params={"run": "job", "step_range": "no such range"})
     assert missing.status_code == 404 and "no host range is named 'no such range'" in missing.json()["detail"]
+
+
+def test_a_picked_range_is_computed_once_and_kept_by_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Overview of a picked step range is kept among the Store's loaded structures (bounded, per range name),
+    not recomputed on every request, and not kept anywhere else."""
+    computed: Counter = Counter()
+
+    def counting(context: TraceContext, step_range: str) -> dict:
+        computed[step_range] += 1
+        return overview_for_step_range(context, step_range)
+
+    monkeypatch.setattr(overview_view, "overview_for_step_range", counting)
+    (tmp_path / "root" / "job").mkdir(parents=True)
+    two_rank_nccl_run(tmp_path / "root" / "job")
+    settings = Settings(roots=[str(tmp_path / "root")], cache_dir=tmp_path / "cache")
+    with TestClient(create_app(settings)) as client:
+        store = client.app.state.profscope.store
+        ask = {"run": "job", "worker": "rank0"}
+        wait_for(lambda: client.get("/api/overview", params=ask).status_code == 200, timeout=120)
+        for _ in range(2):
+            picked = client.get("/api/overview", params={**ask, "step_range": "ncclAllReduce"})
+            assert picked.status_code == 200 and picked.json()["step_range"] == "ncclAllReduce"
+        assert computed == Counter({"ncclAllReduce": 1})
+        store.capacity = 1  # the Store's bound applies to picks too: a new structure pushes the pick out
+        store.loaded("another structure", lambda: 0)
+        client.get("/api/overview", params={**ask, "step_range": "ncclAllReduce"})
+        assert computed == Counter({"ncclAllReduce": 2})
 
 
 # ---- the command line: ingest one file, index a folder --------------------------------------------------

@@ -36,6 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from profscope import parser_versions
+from profscope.ingest.bounded_read import chunks_within
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import _sort_events
 from profscope.tables import NO_ID, SCHEMA, Kind, StringTable, TraceTables, Track
@@ -725,15 +726,9 @@ def parse_nsys(
         return parse_nsys_file(path, label="the file")
 
 
-_COPY_CHUNK = 1 << 20
-
-
 def _copy_limited(raw: IO[bytes], out: IO[bytes], limit: int, on_progress: Callable[[int], None] | None) -> None:
-    done = 0
-    while chunk := raw.read(_COPY_CHUNK):
-        done += len(chunk)
-        if done > limit:
-            raise NsysExportError(f"the export is larger than the limit of {limit:,} bytes (--max-trace-bytes)")
+    def too_large() -> NsysExportError:
+        return NsysExportError(f"the export is larger than the limit of {limit:,} bytes (--max-trace-bytes)")
+
+    for chunk in chunks_within(raw, limit, on_progress, too_large):
         out.write(chunk)
-        if on_progress is not None:
-            on_progress(done)
