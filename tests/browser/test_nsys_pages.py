@@ -10,12 +10,22 @@ import pytest
 
 from nsys_export import two_rank_nccl_run
 
-from .support import BARS, PIE_SLICES, Server, corpus_path, screenshot, start_server, wait_for_plot
+from .support import (
+    BARS,
+    PIE_SLICES,
+    TRACE_HOOK,
+    Server,
+    corpus_path,
+    screenshot,
+    scroll_to_track,
+    start_server,
+    wait_for_plot,
+)
 
 pytestmark = pytest.mark.browser
 
 FSDP = "nsys-sqlite/GindaChen_nsys-ai/tests/fixtures/mfu_2gpu_before.sqlite"
-HOOK = "window.__profscopeTrace"
+HOOK = TRACE_HOOK
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +76,12 @@ def test_trace_page_draws_threads_nvtx_and_streams(page, nsys_server):
     assert {"stream 7", "stream 15"} <= set(tracks)  # the two GPUs' compute streams
     threads = [name for name in tracks if not name.startswith("stream")]
     assert threads, tracks  # the python threads: NVTX ranges and CUDA API calls
-    drawn = [s for name in threads for s in page.evaluate(f"([i, t]) => {HOOK}.drawnSlices(i, t)", [0, tracks[name]])]
+    drawn = []
+    for name in threads:  # the view opens with the GPU streams in sight: the threads are further down
+        scroll_to_track(page, 0, tracks[name])
+        drawn += page.evaluate(f"([i, t]) => {HOOK}.drawnSlices(i, t)", [0, tracks[name]])
     assert drawn, "no NVTX range or API call drawn on the threads"
+    scroll_to_track(page, 0, tracks["stream 7"])
     assert page.evaluate(f"([i, t]) => {HOOK}.drawnSlices(i, t)", [0, tracks["stream 7"]])
     screenshot(page, "nsys-trace-fsdp")
 
