@@ -21,9 +21,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Never through a proxy: urlopen's global opener keeps the proxies of the environment it first saw
+# (tests/hostile/test_paths.py sets HTTP_PROXY for a while), and every server here is on loopback.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def get_json(url: str) -> tuple[int, object]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with _DIRECT.open(url, timeout=5) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")

@@ -144,7 +144,7 @@ class Run:
         """
         workers = self.workers()
         position = 0
-        if span is not None and span.startswith("#") and span[1:].isdigit():
+        if span is not None and span.startswith("#") and _is_number(span[1:]):
             position = int(span[1:]) - 1
         elif span is not None:
             found = [spans.index(span) for spans in workers.values() if span in spans]
@@ -155,13 +155,18 @@ class Run:
         return (position, group) if group else None
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: ``'²'.isdigit()`` is true but ``int('²')`` fails (a file may be named so)."""
+    return text.isascii() and text.isdigit()
+
+
 def _span_order(span: str) -> tuple:
-    return (0, int(span), span) if span.isdigit() else (1, 0, span)
+    return (0, int(span), span) if _is_number(span) else (1, 0, span)
 
 
 def _worker_order(worker: str) -> tuple:
-    numbers = re.findall(r"\d+", worker)
-    return (re.sub(r"\d+", "#", worker), [int(n) for n in numbers], worker)
+    numbers = re.findall(r"[0-9]+", worker)
+    return (re.sub(r"[0-9]+", "#", worker), [int(n) for n in numbers], worker)
 
 
 def classify(key: str) -> tuple[str, str, str, str | None] | None:

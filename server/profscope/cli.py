@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 from profscope import __version__
 from profscope.cache_bounds import DEFAULT_CACHE_MAX_BYTES
 from profscope.config import Settings, default_cache_dir, env, env_flag
+from profscope.guard import default_allowed_hosts
+from profscope.logs import configure_logging
+from profscope.sources.base import StorageOptions, redact
 
 if TYPE_CHECKING:
     from profscope.catalog import TraceFile
     from profscope.sources import Source
-from profscope.logs import configure_logging
-from profscope.sources.base import StorageOptions, redact
 
 
 def _int_env(name: str, default: int) -> int:
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_flag("PUBLIC_METRICS"),
         help="leave /metrics open when access control is on (it holds counts, no trace data)",
     )
+    _add_security_arguments(serve)
 
     indexer = commands.add_parser(
         "index",
@@ -212,6 +214,46 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse allocator snapshots (pickles) whose decoded data would take more than this many bytes of "
         "memory (default 8 GiB)",
     )
+
+
+def _comma_list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of docs/security.md: allowed hosts, the trusted proxy, connection limits."""
+    group = parser.add_argument_group("request checks", "see docs/security.md")
+    group.add_argument(
+        "--allowed-host", dest="allowed_hosts", action="append", metavar="HOST[:PORT]",
+        default=_comma_list(env("ALLOWED_HOSTS")),
+        help="answer requests whose Host header is this (repeatable; '*' any, '*.example.com' a domain; env "
+        "PROFSCOPE_ALLOWED_HOSTS, comma-separated). Default: with a loopback --host, 127.0.0.1, localhost and "
+        "[::1] on any port (a DNS-rebinding page cannot read local traces); otherwise any",
+    )  # fmt: skip
+    group.add_argument(
+        "--trusted-proxy", dest="trusted_proxies", action="append", metavar="CIDR",
+        default=_comma_list(env("TRUSTED_PROXIES")),
+        help="address(es) of the proxy allowed to set --trust-proxy-header and X-Forwarded-Proto (repeatable; "
+        "default: loopback only, with a warning)",
+    )  # fmt: skip
+    group.add_argument(
+        "--proxy-secret", default=env("PROXY_SECRET", ""), metavar="SECRET",
+        help="a proxy that sends 'X-Profscope-Proxy-Secret: SECRET' is trusted from any address (prefer the "
+        "environment variable PROFSCOPE_PROXY_SECRET)",
+    )  # fmt: skip
+    group.add_argument(
+        "--header-timeout", type=float, default=float(env("HEADER_TIMEOUT") or 30.0), metavar="SECONDS",
+        help="close a connection whose request headers are not complete after this long (default 30)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-connections", type=int, default=_int_env("MAX_CONNECTIONS", 1000),
+        help="close new connections beyond this many open ones (default 1000)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-summary-work", type=int, default=_int_env("MAX_SUMMARY_WORK", Settings().max_summary_work),
+        metavar="N", help="refuse a Trace-view area summary over more than N slices x tracks (default 3x10^8, "
+        "a few seconds of one core); such a request answers 400 asking for fewer tracks or a shorter range",
+    )  # fmt: skip
 
 
 def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -325,6 +367,12 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
+        allowed_hosts=args.allowed_hosts or default_allowed_hosts(args.host),
+        trusted_proxies=args.trusted_proxies,
+        proxy_secret=args.proxy_secret,
+        header_timeout_s=args.header_timeout,
+        max_connections=max(1, args.max_connections),
+        max_summary_work=args.max_summary_work,
         storage=_storage_options(args),
     )
 
@@ -364,6 +412,8 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from profscope.app import create_app
+    from profscope.auth import access_settings_problems
+    from profscope.http_protocol import guarded_protocol
     from profscope.ingest.malloc_tuning import limit_heap_arenas
 
     try:
@@ -371,7 +421,13 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    errors, warnings = access_settings_problems(settings)
+    if errors:
+        print("profscope serve: " + "; ".join(errors), file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token, settings.proxy_secret])
+    for warning in warnings:
+        logging.getLogger("profscope").warning("%s", warning)
     try:
         sock = _bind(settings.host, settings.port)
     except OSError as exc:
@@ -397,6 +453,8 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=guarded_protocol(settings.header_timeout_s, settings.max_connections),
+        proxy_headers=False,  # X-Forwarded-* is believed only from --trusted-proxy (auth.py), not from uvicorn
     )  # fmt: skip
     for number in (signal.SIGINT, signal.SIGTERM):  # a normal exit: the parser pool's queues are released
         signal.signal(number, _stop_on_signal)

@@ -167,7 +167,7 @@ def build_distributed(inputs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _step_sort_key(name: str) -> tuple:
-    return (0, int(name), name) if name.isdigit() else (1, 0, name)
+    return (0, int(name), name) if name.isascii() and name.isdigit() else (1, 0, name)
 
 
 def _assign_ranks(inputs: list[dict[str, Any]], warnings: list[str]) -> list[dict[str, Any]]:

@@ -270,7 +270,7 @@ def _is_device_track(track: Track, kinds_on_track: set[int]) -> bool:
 
 
 def _int_or_text(value: str) -> tuple:
-    return (0, int(value), "") if value.lstrip("-").isdigit() else (1, 0, value)
+    return (0, int(value), "") if value.isascii() and value.lstrip("-").isdigit() else (1, 0, value)
 
 
 def _layout(
@@ -310,7 +310,7 @@ def _layout(
             groups.append({"id": group_id, "name": name, "kind": "gpu", "device": pid})
         elif pid in ("Traces", ""):
             groups.append({"id": group_id, "name": "Profiler", "kind": "other"})
-        elif not pid.lstrip("-").isdigit():  # kineto's own rows, e.g. pid "Spans"
+        elif not (pid.isascii() and pid.lstrip("-").isdigit()):  # kineto's own rows, e.g. pid "Spans"
             groups.append({"id": group_id, "name": first.process_name or pid, "kind": "other"})
         else:
             process = first.process_name or "process"

@@ -16,6 +16,9 @@ from profscope.views.responses import SourceLines
 
 router = APIRouter(prefix="/api", tags=["source"])
 MAX_SOURCE_BYTES = 4 << 20
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux
+MAX_PATH_PARTS = 64  # each tail is tried under each root: the cost grows with the square of the parts
+MAX_LINE = 100_000_000  # far beyond any file this viewer shows (4 MiB)
 
 
 def resolve_source(settings: Settings, path: str) -> Path | None:
@@ -32,11 +35,20 @@ def resolve_source(settings: Settings, path: str) -> Path | None:
             try:
                 real = option.resolve()
                 real.relative_to(root)
-            except (ValueError, OSError):
+                if real.is_file():
+                    return real
+            except (ValueError, OSError):  # outside the root; or a name too long for the file system
                 continue
-            if real.is_file():
-                return real
     return None
+
+
+def _shown_path(settings: Settings, resolved: Path) -> str:
+    """The file relative to its source root: where the server keeps its files is not the users' business."""
+    for root in settings.source_roots:
+        root = Path(root).resolve()
+        if resolved.is_relative_to(root):
+            return resolved.relative_to(root).as_posix()
+    return resolved.name
 
 
 def _repository_path(settings: Settings, path: str) -> str:
@@ -69,19 +81,22 @@ def frame_links(settings: Settings, frame: dict[str, Any], file: TraceFile | Non
     response_model=SourceLines,
     summary="Lines of a source file around a line (only under --source-root)",
     responses={
+        400: {"description": "The path has more than 64 parts: `{detail}`."},
         404: {"description": "No source root is configured, or the path is not a file under one: `{detail}`."},
         413: {"description": "The file is too large to show."},
     },
 )
 def source(
     request: Request,
-    path: str = Query(..., description="File path as written in the stack frame"),
-    line: int = Query(1, ge=1),
+    path: str = Query(..., max_length=MAX_PATH_CHARS, description="File path as written in the stack frame"),
+    line: int = Query(1, ge=1, le=MAX_LINE),
     context: int = Query(30, ge=0, le=500),
 ) -> Response:
     settings = get_state(request).settings
     if not settings.source_roots:
         raise HTTPException(404, detail="no --source-root is configured, so source files are not served")
+    if len(Path(path).parts) > MAX_PATH_PARTS:
+        raise HTTPException(400, detail=f"the path has more than {MAX_PATH_PARTS} parts")
     resolved = resolve_source(settings, path)
     if resolved is None:
         raise HTTPException(404, detail=f"{path} is not a readable file under the configured source roots")
@@ -93,7 +108,7 @@ def source(
     return json_response(
         {
             "path": path,
-            "resolved": str(resolved),
+            "resolved": _shown_path(settings, resolved),
             "line": line,
             "first_line": first,
             "lines": lines[first - 1 : last],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/api/timeline", tags=["trace view"])
 
 _STATUS_DOC = {
     202: {"description": "The trace is being parsed: `{state, progress, bytes_done, bytes_total}`; ask again."},
-    400: {"description": "The window ends before it starts: `{detail}`."},
+    400: {"description": "The window ends before it starts, or (summary) holds too much to summarise: `{detail}`."},
     404: {"description": "No such run / worker / span (or slice id): `{detail}`."},
     422: {"description": "The trace (or its timeline index) could not be built: `{error, file}`."},
 }
@@ -188,7 +189,28 @@ def summary(
         return opened
     tables, index = opened
     start, end = _window_ns(index, start_us, end_us)
+    _refuse_oversized_summary(index, start, end, _track_set(tracks), get_state(request).settings.max_summary_work)
     return json_response({**ident(trace), **timeline.area_summary(tables, index, start, end, _track_set(tracks))})
+
+
+def _refuse_oversized_summary(
+    index: TimelineIndex, start_ns: int, end_ns: int, track_ids: set[str] | None, max_work: int
+) -> None:
+    """400 when the area holds too many slices on too many tracks to summarise in one request.
+
+    The summary's busy time per track costs about (tracks) x (slices) steps of a few ns each:
+    ``--max-summary-work`` (3x10^8 by default) keeps one request to seconds of one core."""
+    chosen = [t for t in index.info["tracks"] if t["kind"] == "slices" and (track_ids is None or t["id"] in track_ids)]
+    lanes = np.asarray([lane for t in chosen for lane in t["lanes"]], dtype=np.int64)
+    lanes, first, stop = timeline.lane_ranges(index, lanes, start_ns, end_ns)
+    slices = int((stop - first).sum())
+    busy_tracks = len(np.unique(index.arrays["lane_track"][lanes]))
+    if slices * busy_tracks > max_work:
+        raise HTTPException(
+            status_code=400,
+            detail=f"the area holds {slices:,} slices on {busy_tracks:,} tracks: too much to summarise at once; "
+            "select fewer tracks or a shorter time range",
+        )
 
 
 @router.get(
