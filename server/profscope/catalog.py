@@ -14,6 +14,8 @@ Layout rules (what people really have):
   in a rank folder (``memory_trace/rank0_dp0_tp0/memory.log``) the folder is the worker and its parent
   the run, so InternLM's ``memory_trace/`` stands as a run of its own; elsewhere the worker is the rank
   in the folder's name, else the folder's name;
+- PaddlePaddle's ``export_chrome_tracing`` names ``{worker}_time_{Y_m_d_H_M_S_us}.paddle_trace.json``
+  (worker ``host_{hostname}pid_{pid}`` by default, one per rank): the time stamp names the span;
 - Nsight Systems SQLite exports (``*.sqlite``) are traces of their own kind (``NSYS``), named like the
   others: a rank folder, ``rank3`` in the name (``megatron_rank3.sqlite``), or, when every export of a
   folder is one prefix plus a number (``-o prof_%q{RANK}`` gives ``prof_0.sqlite``, ``prof_1.sqlite``),
@@ -32,6 +34,7 @@ from profscope import parser_versions
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
+_PADDLE_NAME = re.compile(r"^(?P<worker>.+?)_time_(?P<stamp>[\d_]+)\.paddle_trace\.json(?:\.gz)?$")
 _PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
 _RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
 _MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
@@ -45,6 +48,8 @@ EXPORT_HINT = "export it with `nsys export --type sqlite FILE.nsys-rep` (profsco
 _NOT_TRACES = {
     ".nsys-rep": f"an Nsight Systems report: {EXPORT_HINT}",
     ".qdrep": f"an Nsight Systems report: {EXPORT_HINT}",
+    ".paddle_trace.pb": "a PaddlePaddle protobuf profile (export_protobuf); profscope reads the JSON of "
+    "paddle.profiler.export_chrome_tracing",
 }
 _TRACE_LIKE = re.compile(r"\.(json|json\.gz|raw\.gz)$")
 DEFAULT_SPAN = "default"
@@ -68,13 +73,24 @@ class TraceFile:
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
-            TRACE: parser_versions.TRACE,
+            TRACE: _trace_parser_version(self.info.key),
             NSYS: f"nsys{parser_versions.NSYS}",
             SNAPSHOT: f"snapshot{parser_versions.SNAPSHOT}",
             MEMORY_LOG: f"memorylog{parser_versions.MEMORY_LOG}",
         }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _trace_parser_version(key: str) -> str:
+    """Paddle's parser has a version of its own: files named as Paddle names them carry it too.
+
+    (A Paddle trace under another name is still read as one, by content, but its cached tables are
+    only invalidated with the kineto parser's version.)
+    """
+    if _PADDLE_NAME.match(PurePosixPath(key).name):
+        return f"{parser_versions.TRACE}.paddle{parser_versions.PADDLE}"
+    return str(parser_versions.TRACE)
 
 
 @dataclass
@@ -189,6 +205,9 @@ def classify(key: str) -> tuple[str, str, str, str | None] | None:
     handler = _HANDLER_NAME.match(name)
     if handler:
         return folder, handler.group("worker"), handler.group("span") or DEFAULT_SPAN, None
+    paddle = _PADDLE_NAME.match(name)
+    if paddle:
+        return folder, paddle.group("worker"), paddle.group("stamp").replace("_", ""), None
     plain = _PLAIN_JSON.match(name)
     if plain:
         return folder, plain.group("stem"), DEFAULT_SPAN, None

@@ -299,6 +299,7 @@ class Profscope:
             workers=len(run.workers()),
             distributed_info=bool(first.get("distributed")),
             not_distributed=self.not_distributed_reason(run),
+            trace_format=first.get("format"),
         )
 
     def views_of(self, facts: RunFacts) -> dict[str, str | None]:

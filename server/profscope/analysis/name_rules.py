@@ -13,6 +13,8 @@ import numpy as np
 from profscope.tables import StringTable
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# PaddlePaddle's profiler names its steps "ProfileStep#N"
+PROFILER_STEP_PREFIXES = (PROFILER_STEP_PREFIX, "ProfileStep#")
 
 # torch-tb-profiler's kernel-name patterns for tensor-core kernels (from NVIDIA PyProf's tc.py).
 TENSOR_CORE_KERNEL_PATTERNS = (
@@ -110,7 +112,12 @@ _COMM_KERNEL = re.compile(
 
 
 def is_profiler_step(name: str) -> bool:
-    return name.startswith(PROFILER_STEP_PREFIX)
+    return name.startswith(PROFILER_STEP_PREFIXES)
+
+
+def profiler_step_id(name: str) -> str:
+    """The N of a ``ProfilerStep#N`` (or Paddle's ``ProfileStep#N``) name."""
+    return name.split("#", 1)[1]
 
 
 # Ranges people wrap training steps in when there is no ProfilerStep#N (Nsight Systems runs, NVTX or
@@ -122,9 +129,9 @@ _STEP_RANGE = re.compile(
 
 
 def step_range_number(name: str) -> str | None:
-    """The step number of a ``ProfilerStep#N`` or step-like range name, else None."""
+    """The step number of a ``ProfilerStep#N`` (``ProfileStep#N``) or step-like range name, else None."""
     if is_profiler_step(name):
-        return name[len(PROFILER_STEP_PREFIX) :]
+        return profiler_step_id(name)
     found = _STEP_RANGE.match(name)
     return found.group(1) if found else None
 
@@ -134,8 +141,10 @@ def is_step_range(name: str) -> bool:
 
 
 def is_dataloader(name: str) -> bool:
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
+    return (
+        (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__"))
+        or name.startswith("enumerate(DataPipe)#")
+        or name.startswith("_DataLoaderIter")  # Paddle's _DataLoaderIterSingleProcess / MultiProcess
     )
 
 

@@ -300,7 +300,7 @@ def step_range_candidates(tables: TraceTables) -> list[dict[str, Any]]:
 
 
 def overview_for_step_range(context: TraceContext, step_range: str) -> dict[str, Any]:
-    """The Overview with the host ranges named ``step_range`` as the steps (``docs/definitions.md`` §12);
+    """The Overview with the host ranges named ``step_range`` as the steps (``docs/definitions.md`` §14);
     ValueError when there are none."""
     steps = find_steps(context.tables, context.tree, step_range)
     return {**build_overview(context.tables, context.tree, steps), "step_range": step_range}

@@ -641,8 +641,9 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     same[1:] = (stream[1:] == stream[:-1]) & (device_arg[1:] == device_arg[:-1])
     # end of everything before each activity on its stream (HTA: the previous kernel's end)
     group_start = np.flatnonzero(~same)
+    groups = list(zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)][: len(group_start)], strict=True))
     prev_end = np.zeros(len(ts), dtype=np.int64)
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
+    for a, b in groups:
         if b - a > 1:
             prev_end[a + 1 : b] = np.maximum.accumulate(end[a : b - 1])
     gap = np.where(same, np.clip(ts - prev_end, 0, None), 0)
@@ -650,7 +651,7 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     kernel_wait = same & ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_NS)
     other = same & ~host_wait & ~kernel_wait
     per_stream = []
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
+    for a, b in groups:
         piece = slice(a, b)
         per_stream.append(
             {

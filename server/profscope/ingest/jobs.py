@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import NSYS, TRACE, TraceFile
 from profscope.ingest.json_stream import TraceFormatError
-from profscope.ingest.kineto import parse_trace
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
+from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
@@ -61,7 +61,7 @@ CACHE_RETRY_SECONDS = 30.0  # a trace whose cache could not be written is parsed
 WATCHDOG_INTERVAL_S = 0.5
 _progress_queue: Any = None
 # file kind -> the parser of its event tables: (stream, on_progress=, max_trace_bytes=) -> TraceTables
-TABLE_PARSERS: dict[str, Callable[..., Any]] = {TRACE: parse_trace, NSYS: parse_nsys}
+TABLE_PARSERS: dict[str, Callable[..., Any]] = {TRACE: parse_any_trace, NSYS: parse_nsys}
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "warnings": tables.meta.get("warnings", []),
         "pieces": tables.meta.get("pieces"),
         "decoder": tables.meta.get("decoder"),
+        "format": tables.meta.get("format", "kineto"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,

@@ -540,3 +540,196 @@ class SourceLines(Strict):
     line: int
     first_line: int
     lines: list[str]
+
+
+# ---- diff ---------------------------------------------------------------------------------------
+class DiffGpu(Strict):
+    device: int
+    utilization_pct: Number | None
+    est_sm_efficiency_pct: Number | None
+    est_achieved_occupancy_pct: Number | None
+    tensor_cores_pct: Number | None
+
+
+class DiffGpus(Strict):
+    base: list[DiffGpu]
+    target: list[DiffGpu]
+
+
+class DiffSteps(Strict):
+    base: StepTimes
+    target: StepTimes
+    delta: StepTimes
+    base_steps: int
+    target_steps: int
+    gpus: DiffGpus
+
+
+class DiffChange(Strict):
+    delta_us: Number | None  # of the table's measured time, target - base
+    ratio: Number | None  # target / base of it; None when the base is 0
+    status: str  # changed | added | removed | same
+
+
+class DiffOperatorRow(DiffChange):
+    name: str
+    input_shape: str | None
+    base_calls: Number
+    target_calls: Number
+    base_host_self_us: Number
+    target_host_self_us: Number
+    base_host_total_us: Number
+    target_host_total_us: Number
+    base_device_self_us: Number | None  # None: that side recorded no GPU activity
+    target_device_self_us: Number | None
+    base_device_total_us: Number | None
+    target_device_total_us: Number | None
+
+
+class DiffKernelRow(DiffChange):
+    name: str
+    operator: str | None
+    base_calls: Number
+    target_calls: Number
+    base_total_us: Number
+    target_total_us: Number
+
+
+class DiffTreeRow(DiffOperatorRow):
+    input_shape: None = None
+    kind: str  # op | kernel | memcpy | memset
+    has_children: bool = False
+
+
+class DiffTree(Strict):
+    path: list[str]
+    found: bool
+    node: DiffTreeRow | None
+    children: list[DiffTreeRow]
+
+
+class DiffDeviceColumns(Strict):
+    base: bool
+    target: bool
+    note: str | None
+
+
+class DiffRankRow(Strict):
+    rank: int | None
+    base_worker: str | None
+    target_worker: str | None
+    base_computation_us: Number | None
+    target_computation_us: Number | None
+    delta_computation_us: Number | None
+    base_overlapping_us: Number | None
+    target_overlapping_us: Number | None
+    delta_overlapping_us: Number | None
+    base_communication_us: Number | None
+    target_communication_us: Number | None
+    delta_communication_us: Number | None
+    base_other_us: Number | None
+    target_other_us: Number | None
+    delta_other_us: Number | None
+    base_synchronizing_us: Number | None
+    target_synchronizing_us: Number | None
+    delta_synchronizing_us: Number | None
+    base_data_transfer_us: Number | None
+    target_data_transfer_us: Number | None
+    delta_data_transfer_us: Number | None
+
+
+class DiffDistributed(Strict):
+    ranks: list[DiffRankRow]
+    note: str | None
+
+
+class Diff(TraceIdent):
+    base: TraceIdent
+    group_by: str
+    kernel_group_by: str
+    same_trace: bool
+    message: str | None
+    normalisation: str  # total | per_step
+    normalisation_note: str | None
+    device_columns: DiffDeviceColumns | None
+    steps: DiffSteps | None
+    operators: list[DiffOperatorRow]
+    kernels: list[DiffKernelRow]
+    tree: DiffTree
+    distributed: DiffDistributed | None
+
+
+# ---- paddle -------------------------------------------------------------------------------------
+class PaddleColumns(Strict):  # Total / Avg / Max / Min / Ratio; Model Summary's "Others" has only total and ratio
+    total_ns: int
+    avg_ns: Number | None = None
+    max_ns: int | None = None
+    min_ns: int | None = None
+    ratio_pct: Number
+
+
+class PaddleRow(Strict):
+    name: str
+    calls: int | None
+    cpu: PaddleColumns | None
+    gpu: PaddleColumns | None
+
+
+class PaddleInnerRow(PaddleRow):
+    kernels: list[PaddleRow]
+
+
+class PaddleOperatorRow(PaddleRow):
+    inner: list[PaddleInnerRow]
+    kernels: list[PaddleRow]
+
+
+class PaddleTypeTime(Strict):
+    type: str
+    calls: int
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleOverview(Strict):
+    cpu: list[PaddleTypeTime]
+    gpu: list[PaddleTypeTime]
+
+
+class PaddleTime(Strict):
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleMemoryRow(Strict):
+    name: str
+    type: str
+    allocation_count: int
+    free_count: int
+    allocation_bytes: int
+    free_bytes: int
+    increased_bytes: int
+
+
+class PaddleMemoryPlace(Strict):
+    place: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    rows: list[PaddleMemoryRow]
+
+
+class PaddleSummary(TraceIdent):
+    """A Paddle trace's tables (``applies`` true), or for another trace ``applies`` false and the ``reason``."""
+
+    unit: str
+    unit_ns: Number
+    applies: bool
+    reason: str | None = None
+    total_ns: int | None = None
+    overview: PaddleOverview | None = None
+    model: list[PaddleRow] | None = None
+    distribution: dict[str, PaddleTime] | None = None
+    operators: list[PaddleOperatorRow] | None = None
+    kernels: list[PaddleRow] | None = None
+    memory: list[PaddleMemoryPlace] | None = None
+    user_defined: list[PaddleRow] | None = None

@@ -135,8 +135,16 @@ function renderBar(page, runs, runInfo, worker, span) {
     ),
     runStateNote(runInfo),
     el("span", { class: "spacer" }),
+    compareLink(page, runInfo, worker, span),
     el("a", { id: "json-link", href: "#", hidden: true, title: "This view as JSON (the API call the page makes)", text: "JSON" }),
   );
+}
+
+/** "Compare with…": the Diff view with this trace as its target (the baseline is picked there). */
+function compareLink(page, runInfo, worker, span) {
+  if (page === "diff" || !runInfo || !span) return null;
+  const href = withQuery("/diff", { run: runInfo.run, worker, span });
+  return el("a", { id: "compare-link", href, title: "Compare this trace with a baseline trace", text: "Compare with\u2026" });
 }
 
 function firstUsable(items, usable) {
