@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("catalog", ("profscope.catalog",)),
-    ("stored tables", ("profscope.tables", "profscope.snapshot_tables", "profscope.cache", "profscope.cache_bounds")),
+    ("stored tables", ("profscope.tables", "profscope.snapshot_tables", "profscope.cache")),
     ("ingest", ("profscope.ingest",)),
     ("analysis", ("profscope.analysis",)),
     (
