@@ -12,6 +12,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from conftest import corpus_file
+from nsys_export import two_rank_nccl_run
 from profscope.app import create_app
 from profscope.config import Settings
 from serving import running_server, wait_for
@@ -49,6 +50,8 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/overview", {"run": "cpu"}),
     ("GET", "/api/operators", {"run": "gpu"}),
     ("GET", "/api/operators", {"run": "gpu", "group_by": "operator_input_shape", "top": "5"}),
+    ("GET", "/api/overview", {"run": "nsys", "worker": "rank0", "step_range": "ncclAllReduce"}),  # a picked step
+    ("GET", "/api/operators", {"run": "nsys", "worker": "rank0"}),  # no operator: empty_reason says why
     ("GET", "/api/operators/stacks", {"run": "cpu", "name": "aten::mm"}),
     ("GET", "/api/kernels", {"run": "gpu"}),
     ("GET", "/api/kernels", {"run": "gpu", "group_by": "kernel_op"}),
@@ -111,6 +114,8 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     shutil.copytree(corpus_file(DDP), root / "ddp")
     shutil.copytree(MEMORY_LOG, root / "memory_trace")
     shutil.copytree(PADDLE_GPU, root / "paddle", ignore=shutil.ignore_patterns("*.py"))
+    (root / "nsys").mkdir()
+    two_rank_nccl_run(root / "nsys")  # Nsight Systems exports
     sources = tmp_path_factory.mktemp("sources")
     (sources / "train.py").write_text("import torch\n\nmodel = torch.nn.Linear(4, 4)\n")
     cache = tmp_path_factory.mktemp("cache") / "c"
@@ -121,7 +126,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 def _parsed(base: str) -> bool:
     runs = httpx.get(f"{base}/api/runs").json()["runs"]
-    return len(runs) == 5 and all(run["state"] == "ready" for run in runs)
+    return len(runs) == 6 and all(run["state"] == "ready" for run in runs)
 
 
 @pytest.mark.parametrize(("method", "path", "query"), REQUESTS, ids=[f"{p}?{q}" for _, p, q in REQUESTS])

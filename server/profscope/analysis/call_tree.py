@@ -83,7 +83,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         lambda s: (
             s in name_rules.EXCLUDED_OPERATOR_NAMES
             or name_rules.is_optimizer(s)
-            or name_rules.is_profiler_step(s)
+            or name_rules.is_step_range(s)
             or name_rules.is_dataloader(s)
         ),
     )

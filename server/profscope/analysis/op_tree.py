@@ -104,6 +104,6 @@ def _add_kernels(folded: _Folded, tables: TraceTables, tree: CallTree, folded_of
             )
 
 
-@payload("operators.tree")
+@payload("operators.tree", version=2)
 def operator_tree(context: TraceContext) -> dict[str, Any]:
     return {"nodes": fold_call_tree(context.tables, context.tree)}

@@ -39,7 +39,7 @@ MAX_ANCESTORS = 12
 ABSOLUTE_US = 1e14  # timestamps above this are epoch microseconds (after 1973), not relative ones
 
 
-@payload("distributed.rank")
+@payload("distributed.rank", version=2)
 def rank_payload(context: TraceContext) -> dict[str, Any]:
     return rank_summary(context.tables, context.tree, context.steps)
 
@@ -481,7 +481,7 @@ def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
     end = ts + np.asarray(events["dur_ns"])
     collective = np.isin(kind, HOST_OP_KINDS) & name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name]
     not_compute = name_rules.string_mask(
-        tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_profiler_step(s)
+        tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_step_range(s)
     )
     # operators only: a user_annotation (a whole train step in record_function) is no computation
     compute = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]

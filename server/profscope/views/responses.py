@@ -130,6 +130,13 @@ class GpuSummary(Strict):
     kernel_time_us: Number
 
 
+class StepRangeCandidate(Strict):
+    """A repeated annotation range that may be picked as the step (``step_range=``)."""
+
+    name: str
+    count: int
+
+
 class Overview(TraceIdent):
     environment: Row
     steps: list[StepBreakdown]
@@ -138,6 +145,8 @@ class Overview(TraceIdent):
     recommendations: list[str]
     notes: list[str]
     steps_from_profiler_steps: bool
+    step_ranges: list[StepRangeCandidate]
+    step_range: str | None = None  # the picked range, when ``step_range=`` was given
 
 
 # ---- modules ------------------------------------------------------------------------------------
@@ -256,6 +265,7 @@ class Operators(TraceIdent, TableCounts):
     group_by: str
     rows: list[OperatorRow]
     accounting: OperatorTimeAccounting
+    empty_reason: str | None  # why there is no row, when the file says (an Nsight export without emit_nvtx)
 
 
 class OperatorStacks(TraceIdent):

@@ -88,7 +88,8 @@ function environmentCard(data, selection) {
     ["Number of Worker(s)", fmtInt(selection.runInfo.workers.length)],
     ["Device Type", env.device_type || DASH],
     ["Steps", `${fmtInt(data.steps.length)}${data.steps_from_profiler_steps ? "" : " (whole trace)"}`,
-      "Steps come from ProfilerStep#N events; without them the whole trace is one step."],
+      "Steps come from ProfilerStep#N events, else from ranges named like steps (iteration N) or the range " +
+      "picked below; without them the whole trace is one step."],
   ];
   const distributed = describeDistributed(dist);
   if (distributed) pairs.push(["Distributed", distributed]);
@@ -97,7 +98,32 @@ function environmentCard(data, selection) {
     { class: "panel", "data-testid": "environment" },
     el("h2", { text: "Environment" }),
     kv(pairs),
+    stepRangePicker(data),
   );
+}
+
+// Which ranges are the steps: automatic (ProfilerStep#N, "iteration N" ranges) or a repeated range the user
+// picks (NVTX / record_function); the choice lives in the URL as step_range, like every page state.
+function stepRangePicker(data) {
+  const candidates = data.step_ranges || [];
+  if (!candidates.length && !data.step_range) return null;
+  const select = el(
+    "select",
+    { id: "step-range", "data-testid": "step-range" },
+    el("option", { value: "", text: "automatic" }),
+    candidates.map((c) => el("option", { value: c.name, text: `${c.name} (${fmtInt(c.count)})` })),
+  );
+  if (data.step_range && !candidates.some((c) => c.name === data.step_range)) {
+    select.append(el("option", { value: data.step_range, text: data.step_range }));
+  }
+  select.value = data.step_range || "";
+  select.addEventListener("change", () => {
+    const params = new URLSearchParams(location.search);
+    if (select.value) params.set("step_range", select.value);
+    else params.delete("step_range");
+    location.search = params.toString();
+  });
+  return el("label", { class: "step-range" }, "Steps from ", select);
 }
 
 function gpuCard(gpu) {
@@ -277,7 +303,10 @@ async function main() {
   const statusEl = byId("status");
   const selection = await initSelector("overview", statusEl);
   if (!selection) return;
-  const url = withQuery("/api/overview", { run: selection.run, worker: selection.worker, span: selection.span });
+  const stepRange = new URLSearchParams(location.search).get("step_range");
+  const url = withQuery("/api/overview", {
+    run: selection.run, worker: selection.worker, span: selection.span, step_range: stepRange,
+  });
   setJsonLink(url);
   try {
     const data = await loadView(url, { statusEl });
