@@ -47,12 +47,12 @@ def distributed(
     ),
 ) -> Response:
     state = get_state(request)
+    found = run.span_group(span)
+    if found is None:  # a link to a span that is not there is a 404, distributed run or not
+        raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
     reason = state.not_distributed_reason(run)
     if reason is not None:
         return json_response({"run": run.name, "applies": False, "reason": f"Distributed does not apply: {reason}."})
-    found = run.span_group(span)
-    if found is None:
-        raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
     position, group = found
     traces = [trace for worker, span_id in group.items() if (trace := run.find(worker, span_id)) is not None]
     ident = {"run": run.name, "span": group[traces[0].worker], "span_position": position + 1}
