@@ -40,7 +40,7 @@ def test_compare_with_from_overview_walk_the_tree_and_reload(page, diff_server) 
     page.wait_for_url("**/diff?**")
     target = query_of(page.url)
     assert target["run"] == TARGET and target["worker"] and target["span"]
-    assert "Choose a baseline" in page.get_by_test_id("diff").inner_text()
+    page.get_by_test_id("diff").get_by_text("Choose a baseline").wait_for()  # drawn once the run bar is loaded
 
     page.locator("#base-run").select_option(BASE)
     page.wait_for_selector(WATERFALL_BARS)
