@@ -4,7 +4,7 @@
 // State in the URL: run, worker, span | snapshot | log, device, start/end (window), moment, category, sorts.
 
 import { getJSON, isAbort, loadView } from "../api.js";
-import { FONT, PALETTE, PLOT_CONFIG, plotly, plotText } from "../charts.js";
+import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBytes, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showViewError, updateNavLinks } from "../selector.js";
@@ -290,10 +290,12 @@ class ProfilerMemory {
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.08 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };
-    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
-    chart.on("plotly_relayout", (change) => {
-      if (change["xaxis.autorange"]) this.setWindow(null, null);
-      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    drawChart(chart, (Plotly) => {
+      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
+      chart.on("plotly_relayout", (change) => {
+        if (change["xaxis.autorange"]) this.setWindow(null, null);
+        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+      });
     });
   }
 
@@ -455,27 +457,29 @@ class SnapshotMemory {
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
     };
     const chart = this.timelineEl;
-    plotly().react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
-    if (!chart.dataset.bound) {
-      chart.dataset.bound = "1";
-      chart.on("plotly_relayout", (change) => {
-        if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
-          if (!change["xaxis.autorange"]) return;
-          this.window = { start: null, end: null };
-        } else {
-          const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
-          this.window = { start: range[0], end: range[1] };
-        }
-        updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
-        this.loadTimeline();
-      });
-      chart.addEventListener("mousemove", (event) => this.hover(event));
-      chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
-      chart.addEventListener("click", (event) => {
-        const band = this.bandAt(event);
-        if (band) this.pin(band.id);
-      });
-    }
+    drawChart(chart, (Plotly) => {
+      Plotly.react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
+      if (!chart.dataset.bound) {
+        chart.dataset.bound = "1";
+        chart.on("plotly_relayout", (change) => {
+          if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
+            if (!change["xaxis.autorange"]) return;
+            this.window = { start: null, end: null };
+          } else {
+            const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
+            this.window = { start: range[0], end: range[1] };
+          }
+          updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
+          this.loadTimeline();
+        });
+        chart.addEventListener("mousemove", (event) => this.hover(event));
+        chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
+        chart.addEventListener("click", (event) => {
+          const band = this.bandAt(event);
+          if (band) this.pin(band.id);
+        });
+      }
+    });
   }
 
   bandAt(event) {
@@ -582,7 +586,7 @@ class SnapshotMemory {
       branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
       hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
     };
-    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, SMALL_PLOT_CONFIG));
   }
 
   // -- allocator state --
@@ -764,10 +768,12 @@ class MemoryLogView {
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.1 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };
-    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
-    chart.on("plotly_relayout", (change) => {
-      if (change["xaxis.autorange"]) this.setWindow(null, null);
-      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    drawChart(chart, (Plotly) => {
+      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
+      chart.on("plotly_relayout", (change) => {
+        if (change["xaxis.autorange"]) this.setWindow(null, null);
+        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+      });
     });
   }
 
@@ -796,7 +802,7 @@ class MemoryLogView {
       branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
       hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
     };
-    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, SMALL_PLOT_CONFIG));
   }
 }
 
@@ -891,7 +897,7 @@ function drawSegments(chart, state) {
     xaxis: { title: { text: "MiB from the segment's start" } }, yaxis: { autorange: "reversed", type: "category" },
     legend: { orientation: "h", y: 1, yanchor: "bottom" }, paper_bgcolor: "rgba(0,0,0,0)",
   };
-  plotly().react(chart, traces, layout, { ...PLOT_CONFIG, displayModeBar: false });
+  drawChart(chart, (Plotly) => Plotly.react(chart, traces, layout, SMALL_PLOT_CONFIG));
   if (state.segments_shown < state.segment_count || state.segments.length > shown.length) {
     chart.after(el("p", { class: "muted", text: `The ${shown.length} largest of ${fmtInt(state.segment_count)} segments are drawn.` }));
   }

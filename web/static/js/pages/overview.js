@@ -1,7 +1,7 @@
 // Overview: environment, GPU summary, step time breakdown, averages, notes and recommendations.
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, plotly, plotText, renderPie } from "../charts.js";
+import { drawChart, FONT, PLOT_CONFIG, plotText, renderPie } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtDuration, fmtFixed2, fmtGB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -161,10 +161,12 @@ function drawStepChart(target, data, selection) {
     hovermode: "closest",
     bargap: data.steps.length < 4 ? 0.6 : 0.25,
   };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
-  target.on("plotly_click", (event) => {
-    const step = data.steps[event.points?.[0]?.pointIndex];
-    if (step) location.assign(traceLink(selection, step));
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
+    target.on("plotly_click", (event) => {
+      const step = data.steps[event.points?.[0]?.pointIndex];
+      if (step) location.assign(traceLink(selection, step));
+    });
   });
 }
 
