@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.analysis.distributed import build_distributed, summary_from_json
+from profscope.api.csv_export import ResponseFormat
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.state import Profscope
@@ -39,6 +40,7 @@ def distributed(
         description="Any worker's span id (the n-th span of every worker is the same window), or `#n` (1-based); "
         "default: the first span",
     ),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     state = get_state(request)
     found = run.span_group(span)
@@ -59,7 +61,7 @@ def distributed(
             _built[key] = body
             while len(_built) > _BUILT_CACHE_SIZE:
                 _built.popitem(last=False)
-    return json_response({**ident, "workers": len(traces), **_with_links(body, run, group)})
+    return output.respond({**ident, "workers": len(traces), **_with_links(body, run, group)}, f"{run.name}-distributed")
 
 
 def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, Any]], list[TraceFile]]:

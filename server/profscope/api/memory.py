@@ -36,6 +36,7 @@ from profscope.analysis.snapshot_timeline import (
     is_default_request,
     timeline,
 )
+from profscope.api.csv_export import ResponseFormat
 from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
@@ -95,6 +96,7 @@ def profiler_memory(
     start_us: float | None = Query(None, description="Window start, µs since the trace's first event"),
     end_us: float | None = Query(None, description="Window end, µs since the trace's first event"),
     width_px: int = Query(1500, ge=10, le=20000, description="Plot width: the curve keeps ~4 points per pixel"),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     """The curve is `[[t_us, allocated_bytes, reserved_bytes], ...]`, downsampled per pixel column keeping each
     column's first, last, lowest and highest points. `events` and `stats` are limited to the window.
@@ -124,7 +126,7 @@ def profiler_memory(
         raise HTTPException(404, detail=f"no device {chosen!r} in this trace; it has {records.names}")
     drawn = curve(records, chosen, start_us, end_us, width_px)
     device_peaks = peaks(records)
-    return json_response(
+    return output.respond(
         {
             **base,
             "device": chosen,
@@ -135,7 +137,8 @@ def profiler_memory(
             "curve_reason": curve_unavailable_reason(records, chosen),
             "events": memory_events(tables, records, attribution, chosen, start_us, end_us),
             "stats": memory_statistics(tables, records, attribution, start_us, end_us).get(chosen, []),
-        }
+        },
+        f"{trace.run}-memory-{chosen}",
     )
 
 

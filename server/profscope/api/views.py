@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from profscope.api.csv_export import ResponseFormat
 from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
@@ -26,17 +27,25 @@ def _ident(trace: TraceFile) -> dict[str, str]:
     return {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
 
 
-def _view(request: Request, trace: TraceFile, payload: str, shape: Callable[[Any], dict[str, Any]]) -> Response:
-    """The cached payload of ``trace`` passed through ``shape``, or the 202 / 422 status while there is none."""
+def _view(
+    request: Request,
+    trace: TraceFile,
+    payload: str,
+    shape: Callable[[Any], dict[str, Any]],
+    output: ResponseFormat | None = None,
+) -> Response:
+    """The cached payload of ``trace`` passed through ``shape`` (as JSON, or one table as CSV with
+    ``output``), or the 202 / 422 status while there is none."""
     data, pending = payload_or_status(get_state(request), trace, payload)
     if pending is not None:
         return pending
-    return json_response({**_ident(trace), **shape(orjson.loads(data))})
+    body = {**_ident(trace), **shape(orjson.loads(data))}
+    return output.respond(body, f"{trace.run}-{payload}") if output else json_response(body)
 
 
 @router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
-def overview(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    return _view(request, trace, "overview", lambda body: body)
+def overview(request: Request, trace: TraceFile = Depends(get_trace), output: ResponseFormat = Depends()) -> Response:
+    return _view(request, trace, "overview", lambda body: body, output)
 
 
 class TableQuery:
@@ -85,8 +94,9 @@ def operators(
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
     query: TableQuery = Depends(),
+    output: ResponseFormat = Depends(),
 ) -> Response:
-    return _view(request, trace, f"operators.{group_by}", query.apply)
+    return _view(request, trace, f"operators.{group_by}", query.apply, output)
 
 
 @router.get("/operators/stacks", responses=_STATUS_DOC, summary="Call stacks of one operator (group)")
@@ -116,5 +126,6 @@ def kernels(
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["kernel", "kernel_op"] = "kernel",
     query: TableQuery = Depends(),
+    output: ResponseFormat = Depends(),
 ) -> Response:
-    return _view(request, trace, f"kernels.{group_by}", query.apply)
+    return _view(request, trace, f"kernels.{group_by}", query.apply, output)

@@ -39,7 +39,7 @@ from profscope.tables import (
     Track,
 )
 
-PARSER_VERSION = 2  # bump when tables or cached artifacts change shape
+PARSER_VERSION = 3  # bump when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
 
 Number = int | float | str | None

@@ -23,21 +23,24 @@ function keyEnd(text) {
 
 /**
  * A node in three parts: the head shrinks with an ellipsis as its box narrows, the tail (the end of
- * the distinguishing part) always shows, and a template or parameter list after it shrinks first.
- * Widen the box to read more; the text content and the title are the whole name.
+ * the distinguishing part) always shows, and a template or parameter list after it is cut at the
+ * right edge. Widen the box to read more; the text content and the title are the whole name.
+ * (Inline boxes, not flex items: copied text and innerText stay one line.)
  */
 export function middleEllipsis(text, { cls = "" } = {}) {
   const value = String(text ?? "");
   const end = keyEnd(value);
   const key = value.slice(0, end);
   const cut = value.length > MIN_SHORTENED && key.length > 12 ? end - Math.min(tailLength(key), key.length - 4) : end;
-  return el(
+  const node = el(
     "span",
     { class: `mid-ellipsis ${cls}`.trim(), title: value },
     el("span", { class: "head", text: value.slice(0, cut) }),
-    el("span", { class: "tail", text: value.slice(cut, end) }),
-    end < value.length ? el("span", { class: "rest", text: value.slice(end) }) : null,
+    value.slice(cut),
   );
+  // room kept for the tail; 1.1ch a character covers proportional fonts' wider letters
+  node.style.setProperty("--tail-w", `${((end - cut) * 1.1).toFixed(1)}ch`);
+  return node;
 }
 
 /** The same cut for places that hold plain text only (<option>, plotly labels): at most `maxChars`. */

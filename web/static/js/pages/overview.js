@@ -53,9 +53,11 @@ const GPU_METRICS = [
       "(min(threads / SMs / max threads per SM, theoretical occupancy)).",
   },
   {
-    label: "Kernel Time using Tensor Cores",
+    label: "Kernel Time on Matrix Cores",
     key: "tensor_cores_pct",
-    help: "Time of kernels that use Tensor Cores divided by the time of all kernels.",
+    help:
+      "Time of kernels that run on matrix cores (NVIDIA Tensor Cores, AMD MFMA / WMMA; recognised by kernel name) " +
+      "divided by the time of all kernels.",
   },
 ];
 
