@@ -2,7 +2,7 @@
 
 import { clear, el } from "./dom.js";
 import { middleEllipsis } from "./ellipsis.js";
-import { fmtPctSign, fmtUs } from "./format.js";
+import { fmtPctSign, fmtUs, timeUnit } from "./format.js";
 
 // Tableau 20: distinguishable, restrained.
 export const PALETTE = [
@@ -181,4 +181,27 @@ export function topSlices(rows, metric, n, { label, key, withOther = false }) {
     });
   }
   return slices;
+}
+
+/**
+ * A plotly x axis over µs data whose ticks read in the unit the range calls for ("606.5 ms",
+ * "12 s", never "12M µs" or "606500 µs"); about six ticks on round values of that unit.
+ */
+export function timeAxis([lowUs, highUs], title) {
+  const unit = timeUnit(Math.max(Math.abs(lowUs), Math.abs(highUs)));
+  const low = lowUs / unit.divisor;
+  const high = highUs / unit.divisor;
+  const rough = Math.max(high - low, 1e-9) / 6;
+  const magnitude = 10 ** Math.floor(Math.log10(rough));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((candidate) => candidate >= rough);
+  const digits = Math.max(0, -Math.floor(Math.log10(step)) + (step / magnitude === 2.5 ? 1 : 0));
+  const format = new Intl.NumberFormat("en-US", { maximumFractionDigits: digits });
+  const tickvals = [];
+  const ticktext = [];
+  for (let i = Math.ceil(low / step); i * step <= high + step * 1e-9; i += 1) {
+    const value = Number((i * step).toPrecision(12));
+    tickvals.push(value * unit.divisor);
+    ticktext.push(format.format(value));
+  }
+  return { title: { text: `${title} (${unit.label})` }, tickmode: "array", tickvals, ticktext, zeroline: false };
 }

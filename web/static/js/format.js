@@ -44,9 +44,9 @@ export function fmtDim(value) {
   return Array.isArray(value) ? value.join(",") : String(value);
 }
 
-const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB"];
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 
-/** Human byte counts in powers of 1024 (the unit the old plugin and nvidia-smi use). */
+/** Human byte counts in powers of 1024 with binary prefixes (KiB, MiB, GiB): the one unit convention of every page. */
 export function fmtBytes(bytes) {
   if (missing(bytes)) return DASH;
   let value = bytes;
@@ -59,8 +59,8 @@ export function fmtBytes(bytes) {
   return `${text} ${BYTE_UNITS[unit]}`;
 }
 
-export function fmtGB(bytes) {
-  return missing(bytes) ? DASH : `${fixed2.format(bytes / 1024 ** 3)} GB`;
+export function fmtGiB(bytes) {
+  return missing(bytes) ? DASH : `${fixed2.format(bytes / 1024 ** 3)} GiB`;
 }
 
 /** A unit for a time axis so that the largest value reads well: µs, ms or s. */

@@ -4,7 +4,7 @@
 // State in the URL: run, worker, span | snapshot | log, device, start/end (window), moment, category, sorts.
 
 import { getJSON, isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG } from "../charts.js";
+import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBytes, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showViewError, updateNavLinks } from "../selector.js";
@@ -221,8 +221,13 @@ class ProfilerMemory {
     const stats = el(
       "div",
       { class: "mem-stats" },
-      stat("Peak allocated", fmtBytes(data.peak_allocated_bytes), "Largest 'Total Allocated' of this device's memory events"),
-      stat("Peak reserved", fmtBytes(data.peak_reserved_bytes), "Largest 'Total Reserved' (allocated + cached by the allocator)"),
+      data.peak_allocated_bytes != null
+        ? stat("Peak allocated", fmtBytes(data.peak_allocated_bytes), "Largest 'Total Allocated' of this device's memory events")
+        : null,
+      // The CPU allocator reserves nothing (kineto writes 0); old traces record no totals: not shown.
+      data.peak_reserved_bytes && data.device !== "CPU"
+        ? stat("Peak reserved", fmtBytes(data.peak_reserved_bytes), "Largest 'Total Reserved' (allocated + cached by the allocator)")
+        : null,
       stat("Memory events in range", fmtInt(data.points_in_window)),
     );
     const chart = el("div", { class: "chart", id: "memory-curve", "data-testid": "memory-curve" });
@@ -232,14 +237,12 @@ class ProfilerMemory {
       root,
       el("div", { class: "page-head" }, el("h1", { text: "Memory" }), el("span", { class: "sub", text: `${data.worker} \u00b7 ${data.span}` })),
       controls,
-      el("section", { class: "panel" }, el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "allocated and reserved bytes; peak marked" })), stats, chart),
+      el("section", { class: "panel" }, el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "allocated and reserved bytes; peak marked" })), stats,
+        data.curve_reason ? el("p", { class: "muted small", "data-testid": "curve-note", text: `The curve: ${data.curve_reason}.` }) : null, chart),
       events.panel,
       opStats.panel,
     );
-    if (data.curve_reason) {
-      chart.style.height = "auto";
-      clear(chart, emptyState("No memory curve for this device", data.curve_reason));
-    } else this.drawCurve(chart);
+    this.drawCurve(chart);
     this.drawTable(events, data.events, EVENT_COLUMNS, "events_sort", "eventsSort", "No memory event in this range.");
     this.drawTable(opStats, data.stats, STAT_COLUMNS, "stats_sort", "statsSort", "No operator allocated memory in this range.");
   }
@@ -267,26 +270,31 @@ class ProfilerMemory {
     const points = this.data.curve;
     const x = points.map((p) => p[0]);
     const allocated = points.map((p) => p[1] / MIB);
-    const reserved = points.map((p) => p[2] / MIB);
+    const withReserved = this.data.device !== "CPU" && points.some((p) => p[2] !== null);
+    const sinceStart = this.data.curve_kind === "bytes_running_sum";
     let peakIndex = 0;
     for (let i = 1; i < allocated.length; i += 1) if (allocated[i] > allocated[peakIndex]) peakIndex = i;
+    const at = "%{x:,.1f} \u00b5s";
     const traces = [
-      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 }, name: "Allocated", x, y: allocated,
-        hovertemplate: "%{x:,.1f} \u00b5s<br>allocated %{y:,.2f} MiB<extra></extra>" },
-      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x, y: reserved,
-        hovertemplate: "%{x:,.1f} \u00b5s<br>reserved %{y:,.2f} MiB<extra></extra>" },
+      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 },
+        name: sinceStart ? "Allocated since the trace started" : "Allocated", x, y: allocated,
+        hovertemplate: `${at}<br>allocated %{y:,.2f} MiB<extra></extra>` },
     ];
+    if (withReserved) {
+      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x,
+        y: points.map((p) => p[2] / MIB), hovertemplate: `${at}<br>reserved %{y:,.2f} MiB<extra></extra>` });
+    }
     const annotations = [];
     if (points.length) {
       traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "Peak",
-        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: "peak %{y:,.2f} MiB at %{x:,.1f} \u00b5s<extra></extra>" });
+        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: `peak %{y:,.2f} MiB at ${at}<extra></extra>` });
       const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
       annotations.push({ x: x[peakIndex], y: allocated[peakIndex], text: `${what} ${plotText(fmtBytes(points[peakIndex][1]))}`,
         showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
     }
     const layout = {
       font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "closest",
-      xaxis: { title: { text: "time since the trace starts (\u00b5s)" }, zeroline: false },
+      xaxis: timeAxis(this.data.window_us, "time since the trace starts"),
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.08 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };
@@ -428,7 +436,7 @@ class SnapshotMemory {
       return;
     }
     this.timeline = data;
-    const axisLabel = data.axis === "time_us" ? "\u00b5s since the first trace entry" : "trace entry (the snapshot records no times)";
+    const axisLabel = data.axis === "time_us" ? "time since the first trace entry" : "trace entry (the snapshot records no times)";
     this.timelineNote.textContent =
       `${fmtInt(data.bands_shown)} allocations drawn one by one (each \u2265 ${fmtBytes(data.bytes_per_px)} per pixel), ` +
       `${fmtInt(data.summarized_count)} smaller ones summarized in the grey band at the bottom. x: ${axisLabel}.`;
@@ -453,7 +461,9 @@ class SnapshotMemory {
     }
     const layout = {
       font: FONT, height, margin: { l: 64, r: 12, t: 8, b: 40 }, dragmode: "zoom", hovermode: false, showlegend: false,
-      xaxis: { range: data.window, title: { text: data.axis === "time_us" ? "\u00b5s" : "trace entry" }, zeroline: false },
+      xaxis: data.axis === "time_us"
+        ? { range: data.window, ...timeAxis(data.window, "time") }
+        : { range: data.window, title: { text: "trace entry" }, zeroline: false },
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
     };
     const chart = this.timelineEl;
@@ -764,7 +774,7 @@ class MemoryLogView {
     }
     const layout = {
       font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "x unified",
-      xaxis: { title: { text: "time since the profiler started (\u00b5s)" }, zeroline: false },
+      xaxis: timeAxis(data.window_us, "time since the profiler started"),
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.1 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };

@@ -3,7 +3,7 @@
 import { isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PLOT_CONFIG, plotText, renderPie } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtDuration, fmtFixed2, fmtGB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
+import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { withQuery } from "../urlstate.js";
 
@@ -102,7 +102,7 @@ function environmentCard(data, selection) {
 
 function gpuCard(gpu) {
   const pairs = [
-    ["Memory", gpu.memory_bytes == null ? DASH : fmtGB(gpu.memory_bytes), "Total global memory of the device (1 GB = 2^30 bytes)."],
+    ["Memory", gpu.memory_bytes == null ? DASH : fmtGiB(gpu.memory_bytes), "Total global memory of the device (1 GiB = 2^30 bytes)."],
     ["Compute Capability", gpu.compute_capability || DASH],
     ...GPU_METRICS.map((m) => [m.label, gpu[m.key] == null ? DASH : fmtPctSign(gpu[m.key], 2), m.help]),
     ["Kernel Time", gpu.kernel_time_us == null ? DASH : fmtDuration(gpu.kernel_time_us), "Sum of kernel durations on this GPU."],
