@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import orjson
+
 from profscope.cache import TraceCache
 from profscope.catalog import Run, TraceFile, build_runs
 from profscope.config import Settings
@@ -206,7 +208,14 @@ class Profscope:
                 for t, s in zip(traces, states, strict=True)
             ],
             "snapshots": [
-                {"file": f.key, "worker": f.worker, "snapshot": f.span, "bytes": f.info.size, **s.to_json()}
+                {
+                    "file": f.key,
+                    "worker": f.worker,
+                    "snapshot": f.span,
+                    "bytes": f.info.size,
+                    **s.to_json(),
+                    "oom_devices": self.oom_devices(f) if s.state == "ready" else [],
+                }
                 for f, s in zip(snapshots, snapshot_states, strict=True)
             ],
             "memory_logs": [
@@ -214,6 +223,11 @@ class Profscope:
                 for f, s in zip(memory_logs, memory_log_states, strict=True)
             ],
         }
+
+    def oom_devices(self, snapshot: TraceFile) -> list[int]:
+        """The devices that ran out of memory in a parsed snapshot (from its cached summary)."""
+        data = self.cache.read_view(snapshot.cache_key, "snapshot.summary")
+        return orjson.loads(data).get("oom_devices", []) if data else []
 
     def memory_view_of(self, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]) -> list[str]:
         """["memory"] when the run has allocator snapshots, memory.log files or a parsed trace with memory events."""

@@ -27,7 +27,7 @@ from profscope.ingest.safe_pickle import LIMIT_SETTING, PickleRefused, load_plai
 from profscope.snapshot_tables import ACTION, BLOCK_STATE, SEGMENT_TYPES, UNKNOWN_ACTION, SnapshotTables
 from profscope.tables import NO_ID, StringTable
 
-SNAPSHOT_PARSER_VERSION = 2  # bump when the tables a snapshot is read into change
+SNAPSHOT_PARSER_VERSION = 3  # bump when the tables a snapshot is read into change
 SWEEP_EVERY_BYTES = 8 << 20
 MAX_ANNOTATIONS = 10_000
 # Settings and annotations are copied for the page. A pickle can make a small list reach itself many

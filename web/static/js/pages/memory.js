@@ -6,7 +6,7 @@
 import { getJSON, isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtBytes, fmtInt, fmtPctSign, fmtUs } from "../format.js";
+import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showViewError, updateNavLinks } from "../selector.js";
 import { emptyState, errorBox, loading } from "../status.js";
 import { renderTable, sortRows } from "../table.js";
@@ -353,6 +353,9 @@ class SnapshotMemory {
       clear(root, emptyState("This snapshot has no segments and no trace entries"));
       return;
     }
+    // Opened without a device: the one that ran out of memory, if any (its OOM panel is scrolled to).
+    this.openOnOom = this.device === null && (this.summary.oom_devices || []).length > 0;
+    if (this.openOnOom) this.device = this.summary.oom_devices[0];
     if (this.device === null || !this.summary.devices.some((d) => d.device === this.device)) this.device = this.summary.devices[0].device;
     updateUrl({ device: this.device });
     this.render();
@@ -367,7 +370,7 @@ class SnapshotMemory {
     this.segmentsEl = el("div", { "data-testid": "segments" });
     this.topEl = el("div", { "data-testid": "top-allocations" });
     this.sunburstEl = el("div", { class: "chart sunburst", id: "stack-sunburst", "data-testid": "stack-sunburst" });
-    this.oomEl = el("div", { "data-testid": "oom" });
+    this.oomEl = el("div", { "data-testid": "oom", id: "oom" });
     const momentButtons = el(
       "span",
       { class: "segmented", role: "group", "aria-label": "Moment" },
@@ -382,13 +385,9 @@ class SnapshotMemory {
       el(
         "div",
         { class: "controls" },
-        deviceSelect(this.summary.devices.map((d) => ({ value: d.device, label: `cuda:${d.device}` })), this.device, "Device", (next) => {
-          this.device = Number(next);
-          this.window = { start: null, end: null };
-          updateUrl({ device: next, start: null, end: null, allocation: null });
-          this.render();
-        }),
+        deviceSelect(this.summary.devices.map((d) => ({ value: d.device, label: `cuda:${d.device}${d.oom_count ? " (out of memory)" : ""}` })), this.device, "Device", (next) => this.showDevice(Number(next))),
       ),
+      this.oomBanner(info),
       el(
         "div",
         { class: "mem-stats" },
@@ -413,6 +412,30 @@ class SnapshotMemory {
     this.loadSegments();
     this.loadOom();
     if (this.pinned !== null) this.pin(this.pinned);
+  }
+
+  showDevice(device) {
+    this.device = device;
+    this.openOnOom = false;
+    this.window = { start: null, end: null };
+    updateUrl({ device, start: null, end: null, allocation: null });
+    this.render();
+  }
+
+  /** Which devices ran out of memory: this one (with a link down to its OOM panel) or others (to switch). */
+  oomBanner(info) {
+    const others = (this.summary.oom_devices || []).filter((d) => d !== this.device);
+    if (!info.oom_count && !others.length) return null;
+    const when = info.first_oom_at_us !== null && info.first_oom_at_us !== undefined ? ` at ${fmtDuration(info.first_oom_at_us)} on the timeline` : "";
+    return el("div", { class: "oom-banner", role: "alert", "data-testid": "oom-banner" },
+      info.oom_count
+        ? [`cuda:${this.device} ran out of memory${info.oom_count > 1 ? ` ${info.oom_count} times` : ""}${when} (red line). `,
+            el("a", { href: "#oom", text: "The request, free memory and what was live ↓", onclick: (event) => { event.preventDefault(); this.oomEl.scrollIntoView({ block: "start" }); } })]
+        : null,
+      others.length
+        ? el("span", {}, info.oom_count ? " Also: " : "", ...others.map((d) =>
+            el("button", { type: "button", class: "link", text: `cuda:${d} ran out of memory`, onclick: () => this.showDevice(d) })))
+        : null);
   }
 
   async fetchView(path, extra = {}) {
@@ -465,6 +488,7 @@ class SnapshotMemory {
         ? { range: data.window, ...timeAxis(data.window, "time") }
         : { range: data.window, title: { text: "trace entry" }, zeroline: false },
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
+      ...this.oomMarker(data),
     };
     const chart = this.timelineEl;
     drawChart(chart, (Plotly) => {
@@ -490,6 +514,16 @@ class SnapshotMemory {
         });
       }
     });
+  }
+
+  /** A red line where this device first ran out of memory (timelines with times only). */
+  oomMarker(data) {
+    const at = this.summary.devices.find((d) => d.device === this.device)?.first_oom_at_us;
+    if (data.axis !== "time_us" || at === null || at === undefined) return {};
+    return {
+      shapes: [{ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line: { color: "#b3261e", width: 2, dash: "dot" } }],
+      annotations: [{ xref: "x", yref: "paper", x: at, y: 1, text: "OOM", showarrow: false, xanchor: "right", yanchor: "top", font: { size: 11, color: "#b3261e" } }],
+    };
   }
 
   bandAt(event) {
@@ -655,6 +689,10 @@ class SnapshotMemory {
         ),
       ),
     );
+    if (this.openOnOom) {
+      this.openOnOom = false;
+      this.oomEl.scrollIntoView({ block: "start" });
+    }
   }
 }
 

@@ -51,9 +51,17 @@ function snapshotRow(run, snapshot) {
         },
         el("span", { class: "dot" }),
         `memory snapshot ${snapshot.snapshot}`,
+        oomBadge(snapshot.oom_devices || []),
       ),
     ),
   ];
+}
+
+/** "OOM" on a snapshot that holds an out-of-memory entry; the Memory page opens on that device. */
+function oomBadge(devices) {
+  if (!devices.length) return null;
+  const where = devices.map((d) => `cuda:${d}`).join(", ");
+  return el("span", { class: "badge error", "data-testid": "oom-badge", title: `Ran out of memory on ${where}`, text: "OOM" });
 }
 
 /** An InternLM memory.log of the run: a chip that opens it on the Memory page. */
