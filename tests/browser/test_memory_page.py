@@ -226,13 +226,13 @@ def test_old_trace_without_totals_draws_the_running_sum_of_bytes(page, server: S
     wait_for_plot(page, "#memory-curve", "g.scatterlayer path.js-line")
     note = page.get_by_test_id("curve-note").inner_text()
     assert "running sum of their 'Bytes' since the trace started" in note
-    legend = page.locator("#memory-curve g.legend").inner_text()
+    legend = " ".join(page.locator("#memory-curve g.legend text").all_text_contents())
     assert "Allocated since the trace started" in legend and "Reserved" not in legend
     stat_labels = page.locator(".mem-stat .label").all_inner_texts()
     assert "Peak reserved" not in stat_labels and "Peak allocated" not in stat_labels
-    ticks = page.locator("#memory-curve g.xtick text").all_inner_texts()
+    ticks = page.locator("#memory-curve g.xtick text").all_text_contents()
     assert ticks and not any("M" in t for t in ticks)  # ms / s, not "12M µs"
-    assert page.locator("#memory-curve g.g-xtitle").inner_text().endswith("(s)")  # the trace lasts 1.03 s
+    assert page.locator("#memory-curve g.g-xtitle text").text_content().endswith("(s)")  # the trace lasts 1.03 s
     assert page.get_by_test_id("stats-table").locator("tbody tr").count() > 10
     _, body = get_json(f"{server.url}/api/memory?run=resnet50_num_workers_0")
     assert body["device"] == "GPU0" and body["curve_kind"] == "bytes_running_sum"

@@ -2,6 +2,7 @@
 
 import { isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PLOT_CONFIG, plotText, renderPie } from "../charts.js";
+import { csvButton } from "../csv.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -174,7 +175,16 @@ function drawStepChart(target, data, selection) {
 
 function averagesTable(data) {
   const total = data.average.total_us || 0;
-  return el(
+  const share = (us) => (total ? (100 * us) / total : null);
+  const csv = csvButton(() => ({
+    filename: "overview-average-step.csv",
+    header: ["Category", "Time (\u00b5s)", "%"],
+    rows: [
+      ...STEP_CATEGORIES.map((c) => [c.label, data.average[c.key] || 0, share(data.average[c.key] || 0)]),
+      ["Total", total, total ? 100 : null],
+    ],
+  }));
+  return [el("div", { class: "table-tools" }, csv), el(
     "table",
     { class: "data compact", "data-testid": "averages" },
     el("thead", {}, el("tr", {}, el("th", { text: "Category" }), el("th", { class: "num", text: "Time (\u00b5s)" }), el("th", { class: "num", text: "%" }))),
@@ -198,7 +208,7 @@ function averagesTable(data) {
         el("td", { class: "num", text: total ? "100.00" : DASH }),
       ),
     ),
-  );
+  )];
 }
 
 function stepsTable(data, selection) {
@@ -207,6 +217,11 @@ function stepsTable(data, selection) {
     "details",
     { class: "steps-details" },
     el("summary", { text: `Per-step numbers (${data.steps.length} step${data.steps.length === 1 ? "" : "s"}, \u00b5s)` }),
+    el("div", { class: "table-tools" }, csvButton(() => ({
+      filename: "overview-steps.csv",
+      header: ["Step", "Start (\u00b5s)", "Total (\u00b5s)", ...categories.map((c) => `${c.label} (\u00b5s)`)],
+      rows: data.steps.map((s) => [s.step, s.start_us, s.total_us, ...categories.map((c) => s[c.key] || 0)]),
+    }))),
     el(
       "div",
       { class: "table-scroll" },

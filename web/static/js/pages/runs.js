@@ -1,5 +1,6 @@
 // Runs page: every run with its state, parse progress, workers x spans and file errors.
 
+import { csvButton } from "../csv.js";
 import { byId, clear, debounce, el } from "../dom.js";
 import { fmtBytes, fmtInt } from "../format.js";
 import { updateNavLinks } from "../selector.js";
@@ -237,7 +238,15 @@ function render() {
     ),
     el("tbody", {}, shown.map((run) => [runRow(run), errorRow(run)])),
   );
-  clear(target, el("div", { class: "panel" }, table));
+  const csv = csvButton(() => ({
+    filename: "runs.csv",
+    header: ["Run", "State", "Workers", "Spans", "Files", "Snapshots", "Errors"],
+    rows: shown.map((run) => [
+      run.run, run.state, (run.workers || []).length, (run.workers || []).reduce((n, w) => n + w.spans.length, 0),
+      (run.files || []).length, (run.snapshots || []).length, (run.errors || []).length,
+    ]),
+  }));
+  clear(target, el("div", { class: "panel" }, el("div", { class: "table-tools" }, csv), table));
 }
 
 async function poll() {
