@@ -6,9 +6,9 @@ import { el } from "./dom.js";
 
 const MIN_SHORTENED = 16; // shorter names are never cut
 
-/** How many trailing characters always stay visible: about 45% of the name, 10 to 28 characters. */
+/** How many trailing characters always stay visible: about 45% of the name, 10 to 20 characters. */
 function tailLength(text) {
-  return Math.min(28, Math.max(10, Math.round(text.length * 0.45)));
+  return Math.min(20, Math.max(10, Math.round(text.length * 0.45)));
 }
 
 /**
@@ -36,11 +36,22 @@ export function middleEllipsis(text, { cls = "" } = {}) {
     "span",
     { class: `mid-ellipsis ${cls}`.trim(), title: value },
     el("span", { class: "head", text: value.slice(0, cut) }),
-    value.slice(cut),
+    value.slice(cut, end), // the tail, always drawn
+    end < value.length ? value.slice(end) : null, // a template / parameter list, cut at the right edge
   );
-  // room kept for the tail; 1.1ch a character covers proportional fonts' wider letters
-  node.style.setProperty("--tail-w", `${((end - cut) * 1.1).toFixed(1)}ch`);
+  node.style.setProperty("--tail-w", `${(emWidth(value.slice(cut, end)) + 0.15).toFixed(2)}em`);
   return node;
+}
+
+let measuring = null; // one canvas context for the page: measuring text needs no layout
+
+/** The width of `text` in em of the page's font, so the room kept for a tail follows each element's font size. */
+function emWidth(text) {
+  if (!measuring) {
+    measuring = document.createElement("canvas").getContext("2d");
+    measuring.font = `100px ${getComputedStyle(document.body).fontFamily}`;
+  }
+  return measuring.measureText(text).width / 100;
 }
 
 /** The same cut for places that hold plain text only (<option>, plotly labels): at most `maxChars`. */
