@@ -65,7 +65,9 @@ def stack_frames(tables: SnapshotTables, stack: int, python_only: bool = False) 
 
 
 def top_frames(tables: SnapshotTables, stack: int) -> list[str]:
-    return [frame_text(f) for f in stack_frames(tables, stack, python_only=True)[:TOP_FRAMES]]
+    """The innermost Python frames (none for a stack without any: C++ allocator frames are not Python's)."""
+    python = [f for f in stack_frames(tables, stack, python_only=True) if is_python_frame(f["filename"])]
+    return [frame_text(f) for f in python[:TOP_FRAMES]]
 
 
 def live_allocations(tables: SnapshotTables, device: int, moment: str) -> tuple[np.ndarray, int]:

@@ -15,6 +15,17 @@ export function fmtUs(value) {
   return Math.abs(value) >= 1000 ? integer.format(value) : upTo2.format(value);
 }
 
+/**
+ * A formatter for one column of µs values: every cell gets the same number of decimals, chosen by the
+ * column's largest value (0 from 1,000 µs, 1 from 10 µs, else 2), so a column never mixes "3,762" and "493.91".
+ */
+export function fmtUsColumn(values) {
+  const largest = Math.max(0, ...values.filter((v) => !missing(v)).map(Math.abs));
+  const digits = largest >= 1000 ? 0 : largest >= 10 ? 1 : 2;
+  const format = new Intl.NumberFormat("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  return (value) => (missing(value) ? DASH : format.format(value));
+}
+
 export function fmtInt(value) {
   return missing(value) ? DASH : integer.format(value);
 }

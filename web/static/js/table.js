@@ -3,7 +3,7 @@
 import { csvButton, csvFilename } from "./csv.js";
 import { byId, clear, el } from "./dom.js";
 import { middleEllipsis } from "./ellipsis.js";
-import { fmtInt } from "./format.js";
+import { fmtInt, fmtUs, fmtUsColumn } from "./format.js";
 import { emptyState } from "./status.js";
 
 const INITIAL_LIMIT = 1000;
@@ -39,7 +39,11 @@ export function sortRows(rows, sort) {
  * their header's right edge; every table has a CSV download of its rows in the order shown.
  */
 export function renderTable(container, options) {
-  const { columns, rows, sort, onSort, rowKey, expandedKey = null, onToggle = null, renderDetail = null } = options;
+  const { rows, sort, onSort, rowKey, expandedKey = null, onToggle = null, renderDetail = null } = options;
+  // µs columns: one number of decimals per column (see fmtUsColumn)
+  const columns = options.columns.map((col) =>
+    col.format === fmtUs ? { ...col, format: fmtUsColumn(rows.map((row) => row[col.key])) } : col,
+  );
   let limit = options.limit || INITIAL_LIMIT;
   const expandable = Boolean(onToggle);
   const sortKey = sort ? sort.replace(/^-/, "") : null;

@@ -258,14 +258,14 @@ function groupsTable(data) {
     { key: "label", label: "Group" },
     { key: "desc", label: "Description", cls: "op" },
     { key: "dimension", label: "Dimension", format: (v) => v || DASH, title: "From the description: world, dp, tp, pp, ep, cp..." },
-    { key: "size", label: "Size", num: true, format: fmtInt },
+    { key: "size", label: "Ranks #", num: true, format: fmtInt, title: "Number of ranks in the group" },
     { key: "members", label: "Ranks", cls: "op" },
     { key: "types", label: "Collectives" },
     { key: "calls", label: "Calls", num: true, format: fmtInt },
     us("Total", "total_us"),
     us("Data transfer", "data_transfer_us"),
     us("Synchronizing", "synchronizing_us"),
-    { key: "total_bytes", label: "Size", num: true, format: fmtBytes },
+    { key: "total_bytes", label: "Data size", num: true, format: fmtBytes, title: "Bytes moved by the group's collectives" },
   ], rows, (r) => `${r.label}\u0000${r.desc}`);
 }
 

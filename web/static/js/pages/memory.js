@@ -18,6 +18,11 @@ const root = byId("memory");
 let controller = null;
 
 const MIB = 1024 * 1024;
+// Sector labels smaller than 10 px are hidden rather than drawn unreadable (the hover has every name);
+// horizontal text reads without tilting one's head.
+const SUNBURST_LAYOUT = {
+  font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)", uniformtext: { minsize: 10, mode: "hide" },
+};
 const STATE_COLORS = { active_allocated: "#4e79a7", active_pending_free: "#e15759", inactive: "#d5d9df" };
 
 function numberOrNull(value) {
@@ -627,10 +632,10 @@ class SnapshotMemory {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       // sectors show the function alone ("forward (model.py:40)" is too long to stay legible); hover has it all
       text: tree.labels.map((l) => plotText(l.split(" (")[0])), texttemplate: "%{text}",
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "horizontal",
       hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
     };
-    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, SMALL_PLOT_CONFIG));
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
   }
 
   // -- allocator state --
@@ -847,10 +852,10 @@ class MemoryLogView {
     const trace = {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       customdata: tree.ids.map((id) => plotText(id)), // %{id} would be drawn as plotly's HTML subset
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "horizontal",
       hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
     };
-    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, SMALL_PLOT_CONFIG));
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
   }
 }
 
