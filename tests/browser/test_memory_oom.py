@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,5 +97,23 @@ def test_a_snapshot_without_oom_opens_on_its_first_device(page, tmp_path: Path) 
         assert page.get_by_test_id("oom-banner").count() == 0
         _, runs = get_json(f"{server.url}/api/runs")
         assert runs["runs"][0]["snapshots"][0]["oom_devices"] == []
+    finally:
+        server.stop()
+
+
+def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) -> None:
+    """A snapshot without allocation history (ZijianDu_Attention: segments only) drew a meaningless 0-1 axis."""
+    (tmp_path / "segments").mkdir()
+    shutil.copy(corpus_path("memory-snapshots/ZijianDu_Attention/memory.pickle"), tmp_path / "segments")
+    server = start_server([tmp_path / "segments"], tmp_path / "cache", tmp_path / "server.log")
+    try:
+        server.wait_parsed()
+        page.goto(f"{server.url}/memory?run=segments")
+        timeline = page.get_by_test_id("snapshot-timeline")
+        timeline.get_by_test_id("empty-state").wait_for()
+        assert "No allocation history in this snapshot" in timeline.inner_text()
+        assert timeline.locator(".main-svg").count() == 0
+        page.get_by_test_id("top-allocations").locator("tbody tr").first.wait_for()  # what was live is shown
+        screenshot(page, "memory-segments-only")
     finally:
         server.stop()

@@ -112,3 +112,24 @@ def test_name_column_widens_by_dragging_its_header_edge(page, server: Server) ->
     assert not head.evaluate(cut_off)  # here: all of it
     assert "sort" not in page.url  # the drag is not a click on the header
     screenshot(page, "names-widened-column")
+
+
+def test_amd_matrix_kernels_count_on_the_kernel_page_and_overview(page, amd_server: Server) -> None:
+    """MI300 vLLM decode: hipBLASLt ``Cijk_..._MI16x16x1_`` GEMMs and triton_kernels' ``matmul_ogs`` run on
+    MFMA units; the page said "Uses TC: No" and 0 % and advised FP16 AMP to this bf16 run."""
+    run = f"{DEEP}/vllm_decode_full"
+    page.goto(f"{amd_server.url}/kernels?run={run}")
+    table = page.get_by_test_id("kernels-table")
+    table.locator("tbody tr").first.wait_for()
+    column = table.locator("thead th").all_text_contents().index("Matrix Cores")
+    for row in table.locator("tbody tr").all():
+        cells = row.locator("td").all_text_contents()
+        expected = "Yes" if cells[0].startswith(("Cijk_", "_matmul_ogs_")) else "No"
+        assert cells[column] == expected, cells[0]
+    legend = page.get_by_test_id("pie-tensor-cores").locator(".legend li").first.inner_text()
+    assert legend.startswith("On matrix cores")
+    page.goto(f"{amd_server.url}/overview?run={run}")
+    page.get_by_test_id("recommendations").wait_for()
+    assert "Mixed Precision" not in page.get_by_test_id("recommendations").inner_text()
+    assert "Kernel Time on Matrix Cores" in page.locator("#overview").inner_text()
+    screenshot(page, "matrix-cores-amd-overview")

@@ -450,6 +450,17 @@ class SnapshotMemory {
   // -- timeline --
   async loadTimeline() {
     const height = 420;
+    if (!this.summary.devices.find((d) => d.device === this.device)?.entries) {
+      // A segments-only snapshot (no allocation history): a timeline would be a flat 0-1 axis of nothing.
+      this.timelineNote.textContent = "";
+      this.timelineEl.style.height = "auto";
+      clear(this.timelineEl, emptyState(
+        "No allocation history in this snapshot",
+        "It holds the allocator's segments only (taken without torch.cuda.memory._record_memory_history), so there is no timeline; " +
+          "what was live when it was taken is below.",
+      ));
+      return;
+    }
     // The whole window is asked at the server's default size (computed when the snapshot was read, so
     // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
     const whole = this.window.start === null && this.window.end === null;
