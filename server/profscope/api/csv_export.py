@@ -20,6 +20,12 @@ from profscope.api.deps import json_response
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
+# The OpenAPI entries of a route with ``ResponseFormat``: its CSV answer and the 400 of a missing table.
+CSV_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+    400: {"description": "`format=csv` with a `table` the answer does not hold: `{detail}` names its tables."},
+}
+
 
 def csv_cell(value: Any) -> str:
     if value is None:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.analysis.distributed import build_distributed, summary_from_json
-from profscope.api.csv_export import ResponseFormat
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.state import Profscope
@@ -30,6 +30,7 @@ _built_lock = threading.Lock()
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},
         404: {"description": "No such run, or no such span: `{detail}`."},
+        **CSV_RESPONSES,
     },
 )
 def distributed(

@@ -36,7 +36,7 @@ from profscope.analysis.snapshot_timeline import (
     is_default_request,
     timeline,
 )
-from profscope.api.csv_export import ResponseFormat
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
@@ -52,6 +52,7 @@ _STATUS_DOC = {
     404: {"description": "No such run, worker, span, snapshot, memory.log, device or layout: `{detail}`."},
     422: {"description": "The file could not be read (e.g. a pickle that is not plain data): `{error, file}`."},
 }
+_TABLE_DOC = {**_STATUS_DOC, **CSV_RESPONSES}  # a JSON twin that also answers format=csv
 KEEP_LOADED = 4
 
 
@@ -88,7 +89,7 @@ def _window(start_us: float | None, end_us: float | None) -> None:
 
 
 # ---- profiler memory events ----------------------------------------------------------------------
-@router.get("", responses=_STATUS_DOC, summary="Profiler memory: devices, peaks, curve, memory events, per-op stats")
+@router.get("", responses=_TABLE_DOC, summary="Profiler memory: devices, peaks, curve, memory events, per-op stats")
 def profiler_memory(
     request: Request,
     trace: TraceFile = Depends(get_trace),

@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from profscope.api.csv_export import ResponseFormat
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
@@ -21,6 +21,7 @@ _STATUS_DOC = {
     404: {"description": "No such run, or no trace for the named worker / span: `{detail}`."},
     422: {"description": "The trace could not be read: `{error, file}`."},
 }
+_TABLE_DOC = {**_STATUS_DOC, **CSV_RESPONSES}  # a JSON twin that also answers format=csv
 
 
 def _ident(trace: TraceFile) -> dict[str, str]:
@@ -43,7 +44,7 @@ def _view(
     return output.respond(body, f"{trace.run}-{payload}") if output else json_response(body)
 
 
-@router.get("/overview", responses=_STATUS_DOC, summary="Step time breakdown, GPU summary, recommendations")
+@router.get("/overview", responses=_TABLE_DOC, summary="Step time breakdown, GPU summary, recommendations")
 def overview(request: Request, trace: TraceFile = Depends(get_trace), output: ResponseFormat = Depends()) -> Response:
     return _view(request, trace, "overview", lambda body: body, output)
 
@@ -88,7 +89,7 @@ def _sorted(rows: list[dict], sort: str) -> list[dict]:
     return sorted(present, key=lambda r: r[column], reverse=descending) + absent
 
 
-@router.get("/operators", responses=_STATUS_DOC, summary="Operators grouped by name or by name and input shape")
+@router.get("/operators", responses=_TABLE_DOC, summary="Operators grouped by name or by name and input shape")
 def operators(
     request: Request,
     trace: TraceFile = Depends(get_trace),
@@ -120,7 +121,7 @@ def operator_stacks(
     return _view(request, trace, f"operators.stacks.{group_by}", shape)
 
 
-@router.get("/kernels", responses=_STATUS_DOC, summary="Kernels grouped by name, or by launch properties and op")
+@router.get("/kernels", responses=_TABLE_DOC, summary="Kernels grouped by name, or by launch properties and op")
 def kernels(
     request: Request,
     trace: TraceFile = Depends(get_trace),
