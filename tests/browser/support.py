@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import corpus_file
@@ -35,6 +37,17 @@ ROOTS = {
 # A stand-in for the script the tinygpt_cpu stacks point at (gen_cpu_traces.py(67): train).
 SOURCE_FILE = "gen_cpu_traces.py"
 SOURCE_TARGET_LINE = 67
+
+
+@contextmanager
+def served(roots: list[Path], work: Path, *extra: str) -> Iterator[Server]:
+    """A ``profscope serve`` of ``roots`` (cache and log under ``work``), its traces parsed, stopped afterwards."""
+    server = start_server(roots, work / "cache", work / "server.log", *extra)
+    try:
+        server.wait_parsed()
+        yield server
+    finally:
+        server.stop()
 
 
 def corpus_path(relative: str) -> Path:

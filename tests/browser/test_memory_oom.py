@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import Server, corpus_path, get_json, query_of, screenshot, served, wait_for_plot
 
 SOURCE = "memory-snapshots/MAGMA27_assignment2-systems/memory_snapshot.pickle"
 OOM_DEVICE = 1
@@ -35,12 +35,8 @@ def oom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     work = tmp_path_factory.mktemp("oom")
     (work / "job").mkdir()
     (work / "job" / "oom_snapshot.pickle").write_bytes(pickle.dumps(three_gpu_snapshot_with_an_oom_on_gpu1()))
-    server = start_server([work / "job"], work / "cache", work / "server.log")
-    try:
-        server.wait_parsed()
+    with served([work / "job"], work) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_runs_page_marks_the_snapshot_that_ran_out_of_memory(page, oom_server: Server) -> None:
@@ -88,26 +84,20 @@ def test_a_snapshot_without_oom_opens_on_its_first_device(page, tmp_path: Path) 
         snapshot = pickle.load(f)
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "snapshot.pickle").write_bytes(pickle.dumps(snapshot))
-    server = start_server([tmp_path / "plain"], tmp_path / "cache", tmp_path / "server.log")
-    try:
-        server.wait_parsed()
+    with served([tmp_path / "plain"], tmp_path) as server:
         page.goto(f"{server.url}/memory?run=plain")
         wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
         assert query_of(page.url)["device"] == "0"
         assert page.get_by_test_id("oom-banner").count() == 0
         _, runs = get_json(f"{server.url}/api/runs")
         assert runs["runs"][0]["snapshots"][0]["oom_devices"] == []
-    finally:
-        server.stop()
 
 
 def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) -> None:
     """A snapshot without allocation history (ZijianDu_Attention: segments only) drew a meaningless 0-1 axis."""
     (tmp_path / "segments").mkdir()
     shutil.copy(corpus_path("memory-snapshots/ZijianDu_Attention/memory.pickle"), tmp_path / "segments")
-    server = start_server([tmp_path / "segments"], tmp_path / "cache", tmp_path / "server.log")
-    try:
-        server.wait_parsed()
+    with served([tmp_path / "segments"], tmp_path) as server:
         page.goto(f"{server.url}/memory?run=segments")
         timeline = page.get_by_test_id("snapshot-timeline")
         timeline.get_by_test_id("empty-state").wait_for()
@@ -115,5 +105,3 @@ def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) 
         assert timeline.locator(".main-svg").count() == 0
         page.get_by_test_id("top-allocations").locator("tbody tr").first.wait_for()  # what was live is shown
         screenshot(page, "memory-segments-only")
-    finally:
-        server.stop()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import Server, corpus_path, screenshot, start_server, wait_for_plot
+from .support import Server, corpus_path, screenshot, served, wait_for_plot
 
 AMD = "traces/AMD-AGI_TraceLens/tests/traces/inference"
 DEEP = "lab/profiles/2025-11/AMD-AGI_TraceLens/tests/traces/inference"  # a team's folder above the traces
@@ -38,15 +38,11 @@ TAILS = """(nodes) => nodes.map((node) => {
 def amd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     work = tmp_path_factory.mktemp("amd")
     for run, source in AMD_RUNS.items():
-        target = work / DEEP / run
+        target = work / "traces" / DEEP / run
         target.mkdir(parents=True)
         shutil.copy(corpus_path(source), target)
-    server = start_server([work], work / "cache", work / "server.log")
-    try:
-        server.wait_parsed()
+    with served([work / "traces"], work) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_run_selector_keeps_the_end_of_long_run_names(page, amd_server: Server) -> None:

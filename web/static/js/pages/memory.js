@@ -18,10 +18,10 @@ const root = byId("memory");
 let controller = null;
 
 const MIB = 1024 * 1024;
-// Sector labels smaller than 10 px are hidden rather than drawn unreadable (the hover has every name);
-// horizontal text reads without tilting one's head.
+// Sector labels that would be drawn below 9 px are hidden rather than unreadable (the hover has every
+// name); each sector's text turns the way that fits it best ("auto" orientation).
 const SUNBURST_LAYOUT = {
-  font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)", uniformtext: { minsize: 10, mode: "hide" },
+  font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)", uniformtext: { minsize: 9, mode: "hide" },
 };
 const STATE_COLORS = { active_allocated: "#4e79a7", active_pending_free: "#e15759", inactive: "#d5d9df" };
 
@@ -643,7 +643,7 @@ class SnapshotMemory {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       // sectors show the function alone ("forward (model.py:40)" is too long to stay legible); hover has it all
       text: tree.labels.map((l) => plotText(l.split(" (")[0])), texttemplate: "%{text}",
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "horizontal",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
       hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
     };
     drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
@@ -863,7 +863,7 @@ class MemoryLogView {
     const trace = {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       customdata: tree.ids.map((id) => plotText(id)), // %{id} would be drawn as plotly's HTML subset
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "horizontal",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
       hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
     };
     drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
