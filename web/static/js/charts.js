@@ -38,7 +38,7 @@ function imageName() {
 export const PLOT_CONFIG = {
   displaylogo: false,
   responsive: true,
-  modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines", "sendDataToCloud"],
+  modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines", "sendChartToCloud"],
   modeBarButtonsToAdd: [SVG_BUTTON],
   toImageButtonOptions: { filename: imageName() },
 };

@@ -4,7 +4,7 @@ import { isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PLOT_CONFIG, plotText, renderPie } from "../charts.js";
 import { csvButton } from "../csv.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
+import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUs, fmtUsColumn, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { withQuery } from "../urlstate.js";
 
@@ -175,6 +175,7 @@ function drawStepChart(target, data, selection) {
 
 function averagesTable(data) {
   const total = data.average.total_us || 0;
+  const fmtTime = fmtUsColumn([total]); // one number of decimals for the column, set by its largest value
   const share = (us) => (total ? (100 * us) / total : null);
   const csv = csvButton(() => ({
     filename: "overview-average-step.csv",
@@ -196,7 +197,7 @@ function averagesTable(data) {
           "tr",
           {},
           el("td", { title: CATEGORY_HELP[c.label] }, el("span", { class: "swatch-inline", style: { background: c.color } }), c.label),
-          el("td", { class: "num", text: fmtUs(data.average[c.key] || 0) }),
+          el("td", { class: "num", text: fmtTime(data.average[c.key] || 0) }),
           el("td", { class: "num", text: total ? fmtFixed2((100 * (data.average[c.key] || 0)) / total) : DASH }),
         ),
       ),
@@ -204,7 +205,7 @@ function averagesTable(data) {
         "tr",
         { class: "total" },
         el("td", { text: "Total" }),
-        el("td", { class: "num", text: fmtUs(total) }),
+        el("td", { class: "num", text: fmtTime(total) }),
         el("td", { class: "num", text: total ? "100.00" : DASH }),
       ),
     ),
@@ -213,6 +214,7 @@ function averagesTable(data) {
 
 function stepsTable(data, selection) {
   const categories = STEP_CATEGORIES;
+  const fmtTime = fmtUsColumn(data.steps.map((s) => s.start_us + s.total_us)); // the same decimals in every column
   return el(
     "details",
     { class: "steps-details" },
@@ -242,9 +244,9 @@ function stepsTable(data, selection) {
               "tr",
               {},
               el("td", { text: String(s.step) }),
-              el("td", { class: "num", text: fmtUs(s.start_us) }),
-              el("td", { class: "num", text: fmtUs(s.total_us) }),
-              categories.map((c) => el("td", { class: "num", text: fmtUs(s[c.key] || 0) })),
+              el("td", { class: "num", text: fmtTime(s.start_us) }),
+              el("td", { class: "num", text: fmtTime(s.total_us) }),
+              categories.map((c) => el("td", { class: "num", text: fmtTime(s[c.key] || 0) })),
               el("td", {}, el("a", { href: traceLink(selection, s), text: "open" })),
             ),
           ),
