@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import urllib.request
+from pathlib import Path
 
 from .support import Server, screenshot, wait_for_plot
 
@@ -18,7 +19,7 @@ def download_text(page, trigger) -> tuple[str, str]:
     with page.expect_download() as info:
         trigger()
     download = info.value
-    return download.suggested_filename, open(download.path(), encoding="utf-8").read()
+    return download.suggested_filename, Path(download.path()).read_text(encoding="utf-8")
 
 
 def parse(text: str) -> list[list[str]]:

@@ -5,8 +5,11 @@ allocator writes it: the request's size, what the driver had free, the failing c
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import pickle
 import shutil
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,3 +108,19 @@ def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) 
         assert timeline.locator(".main-svg").count() == 0
         page.get_by_test_id("top-allocations").locator("tbody tr").first.wait_for()  # what was live is shown
         screenshot(page, "memory-segments-only")
+
+
+def test_largest_live_allocations_download_as_csv(page, oom_server: Server) -> None:
+    """The page's CSV and the JSON twin's format=csv list the same allocations, largest first."""
+    page.goto(f"{oom_server.url}/memory?run=job&device=0")
+    top = page.get_by_test_id("top-allocations")
+    top.locator("tbody tr").first.wait_for()
+    with page.expect_download() as info:
+        top.locator(".csv-download").click()
+    header, *rows = csv.reader(io.StringIO(Path(info.value.path()).read_text(encoding="utf-8")))
+    assert header[:2] == ["Size", "Address"]
+    url = f"{oom_server.url}/api/memory/snapshot/top?run=job&device=0&limit={len(rows)}&format=csv"
+    with urllib.request.urlopen(url) as response:
+        api_header, *api_rows = csv.reader(io.StringIO(response.read().decode()))
+    addr, size = api_header.index("addr"), api_header.index("size")
+    assert [(r[addr], r[size]) for r in api_rows] == [(r[1], r[0]) for r in rows]

@@ -173,14 +173,20 @@ def get_snapshot(
     return found
 
 
-def _snapshot_view(request: Request, snapshot: TraceFile, shape: Callable[[SnapshotTables, dict], dict]) -> Response:
+def _snapshot_view(
+    request: Request,
+    snapshot: TraceFile,
+    shape: Callable[[SnapshotTables, dict], dict],
+    output: ResponseFormat | None = None,
+) -> Response:
     state = get_state(request)
     data, pending = payload_or_status(state, snapshot, "snapshot.summary")
     if pending is not None:
         return pending
     summary = orjson.loads(data)
     tables = _loaded.get(snapshot.cache_key, lambda: SnapshotTables.load(state.cache.tables_dir(snapshot.cache_key)))
-    return json_response({**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)})
+    body = {**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)}
+    return output.respond(body, f"{snapshot.run}-{snapshot.span}") if output else json_response(body)
 
 
 def _device(summary: dict, device: int | None) -> int:
@@ -243,16 +249,20 @@ def snapshot_segments(
     return _snapshot_view(request, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device)))
 
 
-@router.get("/snapshot/top", responses=_STATUS_DOC, summary="Largest allocations live at the peak (or at the end)")
+@router.get("/snapshot/top", responses=_TABLE_DOC, summary="Largest allocations live at the peak (or at the end)")
 def snapshot_top(
     request: Request,
     snapshot: TraceFile = Depends(get_snapshot),
     device: int | None = DeviceQuery,
     moment: Moment = MomentQuery,
     limit: int = Query(100, ge=1, le=5000, description="How many allocations"),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     return _snapshot_view(
-        request, snapshot, lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit)
+        request,
+        snapshot,
+        lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit),
+        output,
     )
 
 
