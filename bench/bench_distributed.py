@@ -154,7 +154,7 @@ def main() -> int:
         mark = time.perf_counter()
         get(f"{base_url}/api/distributed?run=job")
         warm_s = time.perf_counter() - mark
-        summaries = sum(p.stat().st_size for p in cache.glob("traces/*/views/distributed.rank.json"))
+        summaries = sum(p.stat().st_size for p in cache.glob("traces/*/views/distributed.rank.v*.json"))
         result = {
             "ranks": args.ranks,
             "size": args.size,

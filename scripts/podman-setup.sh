@@ -10,11 +10,12 @@
 #    it as --build-arg BASE_IMAGE. First run 1.5-2.5 minutes (debootstrap), later runs seconds.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
+export PATH="$PATH:/usr/sbin:/sbin"  # debootstrap lives there, off a normal user's PATH on Debian
 BASE=localhost/debian-py:bookworm
+source "$(dirname "${BASH_SOURCE[0]}")/setup-venv.sh"  # apt_install: root or sudo, a clear message without apt-get
 {
   if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v debootstrap >/dev/null; then
-    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq podman buildah runc debootstrap >/dev/null
+    apt_install podman buildah runc debootstrap
   fi
   NOFILE=$(ulimit -Hn); if [ "$NOFILE" = unlimited ]; then NOFILE=1048576; fi
   NPROC=$(ulimit -Hu); if [ "$NPROC" = unlimited ] || [ "$NPROC" -gt 32768 ]; then NPROC=32768; fi

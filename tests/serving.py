@@ -21,9 +21,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Never through a proxy: urlopen's global opener keeps the proxies of the environment it first saw
+# (tests/hostile/test_paths.py sets HTTP_PROXY for a while), and every server here is on loopback.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def get_json(url: str) -> tuple[int, object]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with _DIRECT.open(url, timeout=5) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
@@ -37,12 +42,14 @@ class Server:
     roots: list[Path] = field(default_factory=list)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until the first scan is done: /readyz answers 200, or 503 with the roots that could not be listed."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"profscope exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
-                if get_json(f"{self.url}/readyz")[0] == 200:
+                status, body = get_json(f"{self.url}/readyz")
+                if status == 200 or (isinstance(body, dict) and body.get("scans")):
                     return
             except (OSError, ValueError):
                 pass
@@ -67,11 +74,12 @@ class Server:
             self.process.wait()
 
 
-def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str) -> Server:
+def start_server(roots: list[Path], cache_dir: Path, log: Path, *extra: str, cwd: Path | None = None) -> Server:
+    """``profscope serve`` on a free port, its output in ``log``; ``cwd``: where relative roots are read from."""
     command = [sys.executable, "-m", "profscope.cli", "serve", *map(str, roots), "--port", str(free_port()),
                "--cache-dir", str(cache_dir), "--log-level", "warning", *extra]  # fmt: skip
     port = command[command.index("--port") + 1]
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd)
     server = Server(url=f"http://127.0.0.1:{port}", process=process, log=log, roots=roots)
     try:
         server.wait_ready()

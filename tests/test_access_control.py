@@ -166,8 +166,9 @@ def test_a_browser_logs_in_once_and_keeps_a_cookie(token_server: str, source_roo
         for method, path, query in _requests(token_server, source_root, {"Authorization": f"Bearer {TOKEN}"}):
             response = browser.request(method, path, params=query, follow_redirects=False)
             assert _served(response), (method, path, response.status_code)
-        logout = browser.get("/logout")
+        logout = browser.post("/logout")  # a POST: another site's link or image cannot log anyone out
         assert logout.status_code == 303
+    assert httpx.get(f"{token_server}/api/runs", cookies=login.cookies).status_code == 401  # revoked on the server
     assert httpx.get(f"{token_server}/api/runs", cookies={"profscope_session": "forged"}).status_code == 401
 
 

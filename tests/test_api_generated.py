@@ -1,15 +1,21 @@
 """Every operation of ``/openapi.json`` driven with generated input (schemathesis) against a real server with
 access control on: without credentials every request is refused; with the token no input makes a server
-error, and every answer is one the document promises (status code, content type, schema)."""
+error, and every answer is one the document promises (status code, content type, schema).
+
+Reproducible: by default the examples are derandomized (the same inputs on every run, as in CI);
+``bench/api_fuzz.py`` runs it long with a random seed it prints (``PROFSCOPE_API_SEED``,
+``PROFSCOPE_API_EXAMPLES``), and the same seed replays the same inputs.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from schemathesis.checks import (
     content_type_conformance,
@@ -22,7 +28,8 @@ from serving import running_server, wait_for
 from test_access_control import TOKEN, _registered_paths, every_kind_of_file, one_source_file
 
 GOOD = {"Authorization": f"Bearer {TOKEN}"}
-EXAMPLES_PER_OPERATION = 30  # modest: ~25 operations, CI time
+EXAMPLES_PER_OPERATION = int(os.environ.get("PROFSCOPE_API_EXAMPLES", "30"))  # modest: ~25 operations, CI time
+SEED = os.environ.get("PROFSCOPE_API_SEED")  # unset: derandomized, the same examples on every run
 # Values that name something the server has, so generated values of the other parameters reach real data.
 KNOWN = {"run": "cpu", "path": "train.py"}
 
@@ -55,9 +62,20 @@ def test_the_document_lists_every_api_route(api_schema: schemathesis.BaseSchema)
     assert operations == {path for path in _registered_paths() if path.startswith("/api/")}
 
 
+def _fixed_seed(test):  # type: ignore[no-untyped-def]
+    return seed(int(SEED))(test) if SEED is not None else test
+
+
 @schema.parametrize()
 @schema.given(known=st.booleans())
-@settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
+@_fixed_seed
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=SEED is None,
+    database=None,  # no replay of examples a previous local run saved: the seed alone decides
+)
 def test_generated_requests(case: schemathesis.Case, known: bool) -> None:
     if known and case.query:
         case.query.update({name: value for name, value in KNOWN.items() if name in case.query})

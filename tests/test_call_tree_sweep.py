@@ -19,7 +19,7 @@ TRACES = [
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     "hta/nccl_parser_config/nccl_data.json.gz",
     "traces/AMD-AGI_TraceLens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-    "traces/AMD-AGI_TraceLens/tests/traces/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz",
+    "traces/AMD-AGI_TraceLens/tests/traces/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
 ]
 
 

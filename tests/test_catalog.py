@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profscope.catalog import MEMORY_LOG, build_runs, classify, classify_memory_log, classify_snapshot
+from profscope.catalog import MEMORY_LOG, build_runs, classify, classify_memory_log, classify_snapshot, moved_run
 from profscope.sources.base import ObjectInfo
 
 
@@ -132,15 +132,30 @@ def test_runs_workers_and_spans_in_time_order() -> None:
     assert run.find("w1", "300") is None
 
 
-def test_several_roots_get_prefixed_run_names_and_duplicates_stay_apart() -> None:
-    runs = build_runs(
-        [
-            ("a", "/a", [_info("t.json"), _info("t.json.gz")]),
-            ("b", "/b", [_info("x/t.json")]),
-        ]
-    )
-    assert set(runs) == {"a", "b/x"}
+def test_run_names_do_not_change_when_a_root_is_added_and_duplicates_stay_apart() -> None:
+    first = ("a", "/a", [_info("t.json"), _info("t.json.gz"), _info("x/t.json")])
+    alone = build_runs([first])
+    runs = build_runs([first, ("b", "/b", [_info("x/t.json"), _info("y/t.json")]), ("x", "/c/x", [_info("t.json")])])
+    assert set(alone) == {"a", "x"}
+    assert set(runs) == {"a", "x", "b/x", "y", "x~2"}  # the earlier root keeps the plain name
+    assert [f.source for f in runs["x"].files] == ["/a"] and [f.source for f in runs["b/x"].files] == ["/b"]
     assert sorted(runs["a"].workers()["t"]) == ["default", "default~t.json.gz"]
+
+
+@pytest.mark.parametrize(
+    ("link", "expected"),
+    [
+        ("roots/ddp", "ddp"),  # written while a second root prefixed every run
+        ("ddp", "b/ddp"),  # the other way round: the run is now told apart by its root
+        ("old/place/nccl", "nccl"),  # the one run with that last folder
+        ("twice", None),  # two runs end in "twice": no guess
+        ("nothing", None),
+    ],
+)
+def test_a_link_to_a_moved_run_finds_where_it_went(link: str, expected: str | None) -> None:
+    runs = ["b/ddp", "nccl", "a/twice", "c/twice"]
+    labels = ["roots", "b"]
+    assert moved_run(link, runs + (["ddp"] if link == "roots/ddp" else []), labels) == expected
 
 
 def test_local_listing_skips_hidden_folders_and_the_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from conftest import corpus_file
-from profscope.ingest import json_stream, second_core
+from profscope.ingest import json_stream, parallel_decode
 from profscope.ingest.json_stream import SizeLimitExceeded, TraceFormatError
 from profscope.ingest.kineto import parse_trace
 
@@ -54,15 +54,15 @@ def _tables_equal(a, b) -> None:
 def test_a_second_process_decoding_pieces_gives_identical_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     data = corpus_file(RESNET).read_bytes()
     monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
-    ready = second_core.PieceRouter._helper_ready
+    ready = parallel_decode.PieceRouter._helper_ready
 
-    def wait_for_the_helper(router: second_core.PieceRouter) -> bool:
+    def wait_for_the_helper(router: parallel_decode.PieceRouter) -> bool:
         # the C decoder may finish this trace before a spawned helper has even started: wait for it
         if router._connection is not None and not router._ready:
             router._connection.poll(60)
         return ready(router)
 
-    monkeypatch.setattr(second_core.PieceRouter, "_helper_ready", wait_for_the_helper)
+    monkeypatch.setattr(parallel_decode.PieceRouter, "_helper_ready", wait_for_the_helper)
     alone = parse_trace(io.BytesIO(data), use_second_core=False)
     shared = parse_trace(io.BytesIO(data), use_second_core=True)
     assert alone.meta["pieces"]["decoded_by_second_process"] == 0

@@ -12,7 +12,7 @@ from functools import cache
 import pytest
 
 from conftest import corpus_file
-from profscope.analysis import names
+from profscope.analysis import name_rules
 from profscope.analysis.context import TraceContext
 from profscope.analysis.kernels import kernel_rows
 from profscope.analysis.overview import build_overview, matrix_core_advice
@@ -52,12 +52,12 @@ OTHER_KERNELS = [
 
 @pytest.mark.parametrize("name", MATRIX_KERNELS)
 def test_matrix_kernels_are_recognised(name: str) -> None:
-    assert names.uses_tensor_cores(name)
+    assert name_rules.uses_tensor_cores(name)
 
 
 @pytest.mark.parametrize("name", OTHER_KERNELS)
 def test_other_kernels_are_not(name: str) -> None:
-    assert not names.uses_tensor_cores(name)
+    assert not name_rules.uses_tensor_cores(name)
 
 
 @cache
@@ -105,8 +105,8 @@ def test_no_fp16_advice_once_matrix_cores_run(source: str) -> None:
 
 
 def test_advice_names_the_precision_in_use() -> None:
-    assert names.low_precisions(["Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV", "void f<c10::BFloat16>"]) == ["bf16"]
-    assert names.low_precisions(["volta_sgemm_64x64_nt"]) == []
+    assert name_rules.low_precisions(["Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV", "void f<c10::BFloat16>"]) == ["bf16"]
+    assert name_rules.low_precisions(["volta_sgemm_64x64_nt"]) == []
     on_bf16 = matrix_core_advice(0.5, ["bf16"])
     assert "already computes in bf16" in on_bf16 and "enable Automatic Mixed Precision" not in on_bf16
     on_fp32 = matrix_core_advice(0.68, [])

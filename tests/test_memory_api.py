@@ -12,7 +12,7 @@ import httpx
 from conftest import corpus_file
 from serving import running_server, wait_for
 
-SNAPSHOT = "memory-snapshots/bcrafton_assignment2-systems/memory_snapshot.pickle"
+SNAPSHOT = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"
 TRACE = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 
 
@@ -134,14 +134,12 @@ def test_memory_logs_beside_traces_and_standing_alone_over_http(tmp_path: Path) 
 
 
 def test_a_snapshot_over_the_configured_limit_is_refused_alone(tmp_path: Path) -> None:
-    """--max-snapshot-bytes bounds the memory a decoded snapshot may take: a 3.7 MB pickle that decodes into far
+    """--max-snapshot-bytes bounds the memory a decoded snapshot may take: a 2 MB pickle that decodes into far
     more than 4 MiB of Python objects is refused with the limit and how to raise it; its run's trace still opens."""
     run = tmp_path / "root" / "job"
     run.mkdir(parents=True)
     shutil.copy(corpus_file(TRACE), run / Path(TRACE).name)
-    shutil.copy(
-        corpus_file("memory-snapshots/notHanmin_assignment2-systems/memory_snapshot.pickle"), run / "big.pickle"
-    )
+    shutil.copy(corpus_file(SNAPSHOT), run / "big.pickle")
     with running_server([tmp_path / "root"], tmp_path / "cache", "--max-snapshot-bytes", str(4 << 20)) as base:
         (job,) = _ready(base)["runs"]
         (snapshot,) = job["snapshots"]

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import CORPUS
 from profscope.analysis.context import TraceContext
-from profscope.analysis.payloads import registered
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace_file
+from profscope.views.registry import queries
 
 REFUSED = {
     "hta/execution_trace/benchmark_simple_add_et.json.gz": "execution trace",
@@ -47,7 +47,7 @@ def _independent_counts(path: Path) -> Counter:
 
 
 def test_corpus_is_present(corpus: Path) -> None:
-    assert len(_corpus_traces()) >= 60
+    assert len(_corpus_traces()) >= 29  # tests/corpus: see its NOTICE
 
 
 @pytest.mark.parametrize("relative", _corpus_traces())
@@ -65,7 +65,7 @@ def test_every_trace_ingests_or_is_refused_with_a_reason(relative: str) -> None:
     assert tables.row_count("memory") == expected["memory"]
     assert tables.row_count("flows") == expected["flows"]
     context = TraceContext(tables)
-    for name, builder in registered().items():
-        payload = builder(context)
-        assert payload is not None, name
+    for query in queries("trace"):
+        result = query.build(context)
+        assert result is not None, query.name
     assert len(context.steps.names) >= 1

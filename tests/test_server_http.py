@@ -31,6 +31,8 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "broken").mkdir()
     (root / "broken" / "bad.1.pt.trace.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "na')[:40])
     (root / "broken" / "snapshot.pickle").write_bytes(b"\x80\x04N.")
+    useless = {"ph": 1, "name": 2, "ts": "soon", "dur": [], "pid": {}, "tid": None, "cat": 5, "args": 3}
+    (root / "broken" / "useless.1.pt.trace.json").write_bytes(orjson.dumps({"traceEvents": [useless]}))
     return root
 
 
@@ -97,8 +99,13 @@ def test_a_broken_file_fails_alone_with_its_message(server) -> None:  # type: ig
         "gzip" in messages["broken/bad.1.pt.trace.json.gz"] or "truncated" in messages["broken/bad.1.pt.trace.json.gz"]
     )
     assert "memory snapshot" in messages["broken/snapshot.pickle"]
+    # well-formed JSON whose only event has a wrong type in every field: an error, not an empty worker
+    assert "no usable event" in messages["broken/useless.1.pt.trace.json"]
     response = httpx.get(f"{base}/api/overview", params={"run": "broken"})
     assert response.status_code == 422 and response.json()["error"]
+    for page in ("overview", "operators", "kernels"):
+        response = httpx.get(f"{base}/api/{page}", params={"run": "broken", "worker": "useless"})
+        assert response.status_code == 422 and "no usable event" in response.json()["error"], page
     assert httpx.get(f"{base}/api/overview", params={"run": "resnet"}).status_code == 200
     assert httpx.get(f"{base}/api/overview", params={"run": "no-such-run"}).status_code == 404
 

@@ -19,6 +19,8 @@ import orjson
 import pytest
 
 from conftest import corpus_file
+from profscope.analysis.overview import overview_payload
+from profscope.analysis.payloads import query_of
 from profscope.cache import TraceCache
 from profscope.ingest.jobs import IngestRequest, run_ingest
 from profscope.shared_cache import (
@@ -30,9 +32,11 @@ from profscope.shared_cache import (
 )
 from profscope.sources import LocalSource
 from profscope.tables import TraceTables
+from profscope.views.registry import queries
 
 TRACE = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 KEY = "k" * 40
+OVERVIEW = query_of(overview_payload).stored_name  # the overview's file name in a cache entry
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,8 @@ def entry(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = corpus_file(TRACE)
     cache = tmp_path_factory.mktemp("cache")
     request = IngestRequest(source=LocalSource(path.parent), key=path.name, size=path.stat().st_size,
-                            cache_key=KEY, cache_root=str(cache), max_trace_bytes=1 << 30)  # fmt: skip
+                            cache_key=KEY, cache_root=str(cache), max_trace_bytes=1 << 30,
+                            queries=queries("trace"))  # fmt: skip
     assert "error" not in run_ingest(request)
     return TraceCache(cache).directory(KEY)
 
@@ -78,13 +83,13 @@ def test_a_bundle_holds_every_file_of_the_entry_and_nothing_else(entry: Path) ->
     assert sorted(names) == on_disk
     assert names[-1] == "summary.json"  # last: a bundle cut short has no summary
     assert {n.split("/")[0] for n in names} == {"tables", "timeline", "views", "summary.json"}
-    assert "views/overview.json" in names and "tables/events.ts_ns.npy" in names and "timeline/info.json" in names
+    assert f"views/{OVERVIEW}.json" in names and "tables/events.ts_ns.npy" in names and "timeline/info.json" in names
 
 
 def test_staging_leftovers_of_a_writer_stay_out(entry: Path, tmp_path: Path) -> None:
     copy = tmp_path / "entry"
     shutil.copytree(entry, copy)
-    (copy / "views" / ".overview.json.123.tmp").write_text("{half")  # write_atomic's staging name
+    (copy / "views" / f".{OVERVIEW}.json.123.tmp").write_text("{half")  # write_atomic's staging name
     (copy / "tables.tmp99").mkdir()  # TraceTables.save's staging folder
     (copy / "tables.tmp99" / "events.ts_ns.npy").write_bytes(b"x")
     (copy / "error.json").write_text("{}")
@@ -152,9 +157,9 @@ def test_a_good_bundle_replaces_a_stale_partial_entry(entry: Path, tmp_path: Pat
     data, digest = _bundle(entry_files(entry))
     target = tmp_path / KEY
     (target / "views").mkdir(parents=True)
-    (target / "views" / "overview.json").write_text("{stale")
+    (target / "views" / f"{OVERVIEW}.json").write_text("{stale")
     extract_bundle(io.BytesIO(data), len(data), digest, target)
-    assert (target / "views" / "overview.json").read_bytes() == (entry / "views" / "overview.json").read_bytes()
+    assert (target / "views" / f"{OVERVIEW}.json").read_bytes() == (entry / "views" / f"{OVERVIEW}.json").read_bytes()
 
 
 def _refused(data: bytes, size: int, digest: str, tmp_path: Path, reason: str) -> None:

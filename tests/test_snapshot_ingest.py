@@ -18,8 +18,12 @@ from profscope.snapshot_tables import ACTION, BLOCK_STATE, SnapshotTables
 SNAPSHOTS = sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "memory-snapshots").rglob("*.pickle"))
 
 
-def test_the_corpus_has_its_eight_snapshots() -> None:
-    assert len(SNAPSHOTS) == 8
+def test_the_corpus_has_its_snapshots() -> None:
+    # tests/corpus carries the two Apache-2.0 snapshots (with and without history); a larger corpus may have more
+    assert {
+        "memory-snapshots/ZidongLiu_DeComFL/memory.pickle",
+        "memory-snapshots/ZijianDu_Attention/memory.pickle",
+    } <= set(SNAPSHOTS)
 
 
 def read(path: Path | bytes) -> SnapshotTables:
@@ -103,7 +107,7 @@ def test_windows_paths_and_frames_are_kept() -> None:
 
 def test_decoding_in_sweeps_gives_the_same_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Entries turned into columns (and emptied) while the unpickler runs: nothing lost or changed."""
-    path = CORPUS / "memory-snapshots/Wedsonlin_assignment2-systems/results/medium_512_training_memory_snapshot.pickle"
+    path = CORPUS / "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"
     whole = parse_snapshot_file(path)
     monkeypatch.setattr(snapshot_module, "SWEEP_EVERY_BYTES", 64 << 10)
     swept = parse_snapshot_file(path)

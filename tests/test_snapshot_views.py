@@ -31,8 +31,9 @@ from profscope.ingest.snapshot import parse_snapshot, parse_snapshot_file
 from profscope.ingest.snapshot_job import ingest_snapshot
 from profscope.snapshot_tables import SnapshotTables
 from profscope.sources import LocalSource
+from profscope.views.registry import queries
 
-TRAINING = "memory-snapshots/Wedsonlin_assignment2-systems/results/medium_512_training_memory_snapshot.pickle"
+TRAINING = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"  # a training loop's history: 23,105 entries, 61 segments
 SNAPSHOTS = sorted(str(p.relative_to(CORPUS)) for p in (CORPUS / "memory-snapshots").rglob("*.pickle"))
 
 
@@ -202,10 +203,10 @@ def _reference_drawing(tables: SnapshotTables, device: int, width_px: int, heigh
         max_bands = min(max_bands, len(shown)) // 2
 
 
-# Budgets around the exact counts of this snapshot at 800 x 2000 px (1,500 bands: 240 k points at half a
-# pixel; 750: 121 k; 375: 14,552 at half a pixel, 13,579 at one): where the cheap bounds on the count
-# decide alone, and where they straddle the budget and the bands must be stacked to count.
-@pytest.mark.parametrize("max_points", [400, 14_500, 14_560, 121_500])
+# Budgets around the exact counts of this snapshot at 800 x 2000 px (1,500 bands: 32,580 points at half a
+# pixel, 22,215 at two; 750: 11,939 at half a pixel, 10,595 at one, 10,489 at two; 23: 397 / 387): where the
+# cheap bounds on the count decide alone, and where they straddle the budget and the bands must be stacked.
+@pytest.mark.parametrize("max_points", [400, 10_500, 11_940, 22_300])
 def test_the_drawing_is_the_most_bands_and_finest_tolerance_within_the_points_budget(
     training: SnapshotTables, max_points: int
 ) -> None:
@@ -272,6 +273,7 @@ def test_the_cached_first_timeline_is_the_computed_one(tmp_path: Path) -> None:
         cache_root=str(cache.root),
         max_trace_bytes=1 << 30,
         kind="snapshot",
+        queries=queries("snapshot"),
     )
     summary = ingest_snapshot(request, lambda _bytes: None)
     assert not summary["view_errors"]

@@ -8,7 +8,9 @@ import httpx
 
 from profscope.analysis.callstacks import parse_frame
 from profscope.api.source import frame_links, resolve_source
+from profscope.catalog import SNAPSHOT, TraceFile
 from profscope.config import Settings
+from profscope.sources.base import ObjectInfo
 from serving import running_server
 
 
@@ -26,6 +28,17 @@ def test_frames_parse_and_link(tmp_path: Path) -> None:
     assert links["external"] == "https://git.example.com/org/repo/blob/abc123/src/train/model.py#L123"
     vscode = frame_links(Settings(source_link_template="vscode://file/{path}:{line}"), frame)
     assert vscode["external"] == "vscode://file/opt/app/train/model.py:123"  # one slash, as VS Code wants
+
+
+def test_a_frame_link_names_the_run_it_came_from() -> None:
+    """The source viewer's nav leads back to the run (issue 20); a snapshot's name is no span."""
+    frame = parse_frame("/opt/app/train/model.py(123): forward")
+    info = ObjectInfo(key="job/w0.1.pt.trace.json", size=1, version="1")
+    trace = TraceFile(source="/data", info=info, run="job", worker="w0", span="1")
+    snapshot = TraceFile(source="/data", info=info, run="job", worker="snap", span="snap", kind=SNAPSHOT)
+    view = frame_links(Settings(), frame, trace)["view"]
+    assert view == "/source?path=%2Fopt%2Fapp%2Ftrain%2Fmodel.py&line=123&run=job&worker=w0&span=1"
+    assert frame_links(Settings(), frame, snapshot)["view"].endswith("&line=123&run=job&worker=snap")
 
 
 def test_paths_resolve_only_under_a_source_root(tmp_path: Path) -> None:

@@ -6,19 +6,21 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from profscope import __version__, auth
-from profscope.api import distributed, memory, runs, source, timeline, views
 from profscope.assets import plotly_js, plotly_js_gzip, web_dir
 from profscope.config import Settings
+from profscope.guard import HEAVY_PATHS, PROBE_PATHS, HeavyRequestQueue, RequestGuard, route_path
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
+from profscope.views.registry import VIEWS
 
 log = logging.getLogger("profscope")
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -27,6 +29,8 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'self'; form-action 'self'"
 )
+GUARDED_PATHS = PROBE_PATHS | HEAVY_PATHS
+LOGGED_METHOD_CHARS = 16  # a client may send a method name of any length
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -34,7 +38,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = Profscope(settings, metrics)
+        state = Profscope(settings, metrics, VIEWS)
         app.state.profscope = state
         state.start()
         try:
@@ -52,10 +56,13 @@ def create_app(settings: Settings) -> FastAPI:
     )
 
     app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
-    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > access control > gzip.
+    app.add_middleware(HeavyRequestQueue, metrics=metrics)
+    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > guard (probes,
+    # hosts, paths) > access control > the heavy routes' queue > gzip.
     if settings.access_control:
         app.state.access_control = auth.AccessControl(settings)
         app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
+    app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app))
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
@@ -68,6 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.middleware("http")
     async def observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
         started = time.perf_counter()
+        method = request.method[:LOGGED_METHOD_CHARS]  # before the guard answers a HEAD as a GET
         status = 500
         try:
             response = await call_next(request)
@@ -76,15 +84,15 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             seconds = time.perf_counter() - started
             route = route_template(request, status)
-            metrics.observe_request(request.method, route, status, seconds)
+            metrics.observe_request(method, route, status, seconds)
             access_log.info(
                 "%s %s %d %.1fms",
-                request.method,
+                method,
                 request.url.path,
                 status,
                 seconds * 1000,
                 extra={
-                    "method": request.method,
+                    "method": method,
                     "route": route,
                     "path": request.url.path,
                     "status": status,
@@ -92,16 +100,6 @@ def create_app(settings: Settings) -> FastAPI:
                     "user": getattr(request.state, "user", None),
                 },
             )
-
-    @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", include_in_schema=False)
-    def readyz(request: Request) -> JSONResponse:
-        state: Profscope = request.app.state.profscope
-        ready = state.scans > 0
-        return JSONResponse({"ready": ready, "scans": state.scans}, status_code=200 if ready else 503)
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:
@@ -115,12 +113,9 @@ def create_app(settings: Settings) -> FastAPI:
             return Response(plotly_js_gzip(), media_type="application/javascript", headers=headers)
         return FileResponse(plotly_js(), media_type="application/javascript", headers=headers)
 
-    app.include_router(runs.router)
-    app.include_router(views.router)
-    app.include_router(source.router)
-    app.include_router(timeline.router)
-    app.include_router(memory.router)
-    app.include_router(distributed.router)
+    for view in VIEWS:
+        if view.router is not None:
+            app.include_router(view.router)
     app.include_router(auth.router)
     app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
 
@@ -130,8 +125,20 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
+def readiness(app: FastAPI) -> tuple[bool, dict[str, Any]]:
+    """/readyz (answered by the guard, outside the thread pool): what "ready" means with roots that cannot be
+    listed is ``Profscope.readiness``'s to say."""
+    state: Profscope | None = getattr(app.state, "profscope", None)
+    if state is None:
+        return False, {"ready": False, "scans": 0, "failing_roots": []}
+    ready, failing = state.readiness()
+    return ready, {"ready": ready, "scans": state.scans, "failing_roots": failing}
+
+
 def route_template(request: Request, status: int) -> str:
     """The route's path template (``/api/overview``, ``/{page}``, ``/static``): a bounded metrics label."""
+    if route_path(request.scope) in GUARDED_PATHS:  # answered by the guard, maybe without reaching a route
+        return route_path(request.scope)
     route = request.scope.get("route")
     if route is not None and getattr(route, "path", None):
         return route.path

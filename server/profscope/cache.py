@@ -1,12 +1,13 @@
 """On-disk cache of parsed traces: tables, view payloads and remembered failures, per cache key.
 
-Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json}`` or
+Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json, origin.json}`` or
 ``<cache key>/error.json``. Every write goes through a temporary name and ``os.replace``, so a
 reader (or a restarted server) never sees half a result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -86,6 +87,23 @@ class TraceCache:
 
     def forget(self, cache_key: str) -> None:
         shutil.rmtree(self.directory(cache_key), ignore_errors=True)
+
+    def origin(self, cache_key: str) -> dict[str, Any] | None:
+        """Where the entry came from: ``{"root": ..., "key": ...}`` (see cache_bounds.py)."""
+        return self._read_json(self.directory(cache_key) / "origin.json")
+
+    def record_origin(self, cache_key: str, root: str, key: str) -> None:
+        """Once the entry of a served file exists: which root and key it is of (cache_bounds.py)."""
+        directory = self.directory(cache_key)
+        if directory.is_dir() and not (directory / "origin.json").exists():
+            with contextlib.suppress(OSError):  # a cache that cannot be written says so where it is written
+                write_atomic(directory / "origin.json", dumps({"root": root, "key": key}))
+
+    def record_use(self, cache_key: str, at: float) -> None:
+        """The entry of a file being served: its use time, kept as its directory's mtime (least recently used
+        entries are evicted first)."""
+        with contextlib.suppress(OSError):  # no entry yet
+            os.utime(self.directory(cache_key), (at, at))
 
     @staticmethod
     def _read_json(path: Path) -> dict[str, Any] | None:

@@ -25,9 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from profscope.ingest.kineto import PARSER_VERSION
-from profscope.ingest.memory_log import MEMORY_LOG_PARSER_VERSION
-from profscope.ingest.snapshot import SNAPSHOT_PARSER_VERSION
+from profscope import parser_versions
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
@@ -64,9 +62,9 @@ class TraceFile:
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
-            TRACE: PARSER_VERSION,
-            SNAPSHOT: f"snapshot{SNAPSHOT_PARSER_VERSION}",
-            MEMORY_LOG: f"memorylog{MEMORY_LOG_PARSER_VERSION}",
+            TRACE: parser_versions.TRACE,
+            SNAPSHOT: f"snapshot{parser_versions.SNAPSHOT}",
+            MEMORY_LOG: f"memorylog{parser_versions.MEMORY_LOG}",
         }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
@@ -139,7 +137,7 @@ class Run:
         """
         workers = self.workers()
         position = 0
-        if span is not None and span.startswith("#") and span[1:].isdigit():
+        if span is not None and span.startswith("#") and _is_number(span[1:]):
             position = int(span[1:]) - 1
         elif span is not None:
             found = [spans.index(span) for spans in workers.values() if span in spans]
@@ -150,13 +148,18 @@ class Run:
         return (position, group) if group else None
 
 
+def _is_number(text: str) -> bool:
+    """ASCII digits only: ``'²'.isdigit()`` is true but ``int('²')`` fails (a file may be named so)."""
+    return text.isascii() and text.isdigit()
+
+
 def _span_order(span: str) -> tuple:
-    return (0, int(span), span) if span.isdigit() else (1, 0, span)
+    return (0, int(span), span) if _is_number(span) else (1, 0, span)
 
 
 def _worker_order(worker: str) -> tuple:
-    numbers = re.findall(r"\d+", worker)
-    return (re.sub(r"\d+", "#", worker), [int(n) for n in numbers], worker)
+    numbers = re.findall(r"[0-9]+", worker)
+    return (re.sub(r"[0-9]+", "#", worker), [int(n) for n in numbers], worker)
 
 
 def classify(key: str) -> tuple[str, str, str, str | None] | None:
@@ -218,14 +221,16 @@ def _stem(name: str) -> str:
     return name
 
 
-def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool | None = None) -> dict[str, Run]:
-    """Runs from ``(root label, root uri, objects)`` listings; several roots get prefixed names.
+def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, Run]:
+    """Runs from ``(root label, root uri, objects)`` listings, in the order the roots are configured.
 
-    ``several`` says whether more roots are configured than listed (one may be down): run names
-    must not change when a root comes and goes, or shared links would break.
+    A run is named after its folder in its root (the root's label when the root is the run folder),
+    whatever other roots there are, so a link keeps working when a root is added (issue 20). Only
+    when an earlier root already has a run of that name does the later one get its root's label in
+    front (``label/folder``).
     """
     runs: dict[str, Run] = {}
-    several = len(listings) > 1 if several is None else several
+    owner: dict[str, str] = {}  # run name -> the root uri it came from
     for label, uri, objects in listings:
         for info in objects:
             kind = TRACE
@@ -240,8 +245,9 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
                 continue
             folder, worker, span, refusal = found
             run_name = folder or label
-            if several:
-                run_name = f"{label}/{folder}" if folder else label
+            if owner.setdefault(run_name, uri) != uri:
+                run_name = f"{label}/{folder}" if folder else f"{label}~2"
+                owner.setdefault(run_name, uri)
             run = runs.setdefault(run_name, Run(name=run_name))
             run.files.append(
                 TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal, kind=kind)
@@ -249,6 +255,21 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]], several: bool 
     for run in runs.values():
         _make_spans_unique(run)
     return dict(sorted(runs.items()))
+
+
+def moved_run(name: str, runs: list[str], labels: list[str]) -> str | None:
+    """Where a run a link names went, or None: links written while run names carried their root's
+    label (``label/folder``, before issue 20) lead to ``folder``, and the other way round; else the
+    one run whose name ends with the link's last folder."""
+    known = set(runs)
+    for label in labels:
+        if name.startswith(f"{label}/") and name[len(label) + 1 :] in known:
+            return name[len(label) + 1 :]
+        if f"{label}/{name}" in known:
+            return f"{label}/{name}"
+    tail = PurePosixPath(name).name
+    same_tail = [run for run in runs if PurePosixPath(run).name == tail]
+    return same_tail[0] if len(same_tail) == 1 else None
 
 
 def _make_spans_unique(run: Run) -> None:

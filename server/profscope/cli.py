@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profscope import __version__
+from profscope.cache_bounds import DEFAULT_CACHE_MAX_BYTES
 from profscope.config import Settings, default_cache_dir, env, env_flag
+from profscope.guard import default_allowed_hosts
 from profscope.logs import configure_logging
 from profscope.sources.base import StorageOptions, redact
+
+if TYPE_CHECKING:
+    from profscope.catalog import TraceFile
+    from profscope.sources import Source
 
 
 def _int_env(name: str, default: int) -> int:
@@ -78,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=float(env("RESCAN_SECONDS") or 10.0),
         help="how often the roots are listed again to find new or changed files (default 10)",
     )
+    serve.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=_int_env("CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES),
+        help="bound the local cache: beyond this many bytes, the least recently used entries that no served run "
+        "needs are removed (entries of deleted or overwritten files always are); 0: no bound (default 20 GiB)",
+    )
     _add_limit_arguments(serve)
     serve.add_argument(
         "--max-parse-seconds",
@@ -139,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_flag("PUBLIC_METRICS"),
         help="leave /metrics open when access control is on (it holds counts, no trace data)",
     )
+    _add_security_arguments(serve)
 
     indexer = commands.add_parser(
         "index",
@@ -173,8 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = commands.add_parser(
         "ingest",
-        help="parse trace files and compute every view, printing timings (for benchmarks)",
-        description="Parse trace files in this process and compute every view payload, as a worker would.",
+        help="parse trace, allocator snapshot or memory.log files and compute every view, printing timings",
+        description="Parse files (traces, allocator snapshots, memory.log) in this process and compute every "
+        "cached query, as a worker would.",
     )
     ingest.add_argument("files", nargs="+", type=Path)
     ingest.add_argument("--cache-dir", type=Path, default=None, help="write the cache here (default: a temp dir)")
@@ -195,6 +214,46 @@ def _add_limit_arguments(parser: argparse.ArgumentParser) -> None:
         help="refuse allocator snapshots (pickles) whose decoded data would take more than this many bytes of "
         "memory (default 8 GiB)",
     )
+
+
+def _comma_list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _add_security_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of docs/security.md: allowed hosts, the trusted proxy, connection limits."""
+    group = parser.add_argument_group("request checks", "see docs/security.md")
+    group.add_argument(
+        "--allowed-host", dest="allowed_hosts", action="append", metavar="HOST[:PORT]",
+        default=_comma_list(env("ALLOWED_HOSTS")),
+        help="answer requests whose Host header is this (repeatable; '*' any, '*.example.com' a domain; env "
+        "PROFSCOPE_ALLOWED_HOSTS, comma-separated). Default: with a loopback --host, 127.0.0.1, localhost and "
+        "[::1] on any port (a DNS-rebinding page cannot read local traces); otherwise any",
+    )  # fmt: skip
+    group.add_argument(
+        "--trusted-proxy", dest="trusted_proxies", action="append", metavar="CIDR",
+        default=_comma_list(env("TRUSTED_PROXIES")),
+        help="address(es) of the proxy allowed to set --trust-proxy-header and X-Forwarded-Proto (repeatable; "
+        "default: loopback only, with a warning)",
+    )  # fmt: skip
+    group.add_argument(
+        "--proxy-secret", default=env("PROXY_SECRET", ""), metavar="SECRET",
+        help="a proxy that sends 'X-Profscope-Proxy-Secret: SECRET' is trusted from any address (prefer the "
+        "environment variable PROFSCOPE_PROXY_SECRET)",
+    )  # fmt: skip
+    group.add_argument(
+        "--header-timeout", type=float, default=float(env("HEADER_TIMEOUT") or 30.0), metavar="SECONDS",
+        help="close a connection whose request headers are not complete after this long (default 30)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-connections", type=int, default=_int_env("MAX_CONNECTIONS", 1000),
+        help="close new connections beyond this many open ones (default 1000)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-summary-work", type=int, default=_int_env("MAX_SUMMARY_WORK", Settings().max_summary_work),
+        metavar="N", help="refuse a Trace-view area summary over more than N slices x tracks (default 3x10^8, "
+        "a few seconds of one core); such a request answers 400 asking for fewer tracks or a shorter range",
+    )  # fmt: skip
 
 
 def _add_storage_arguments(parser: argparse.ArgumentParser) -> None:
@@ -268,11 +327,20 @@ def _cache_locations(args: argparse.Namespace, roots: list[str]) -> tuple[Path |
     return (Path(args.local_cache_dir) if args.local_cache_dir else None), args.cache_dir
 
 
+def _absolute(root: str) -> str:
+    """A local root as an absolute path, read from the directory profscope was started in (as shown and logged)."""
+    from profscope.sources import is_object_store_uri
+
+    if is_object_store_uri(root):
+        return root
+    return str(Path(root.removeprefix("file://")).expanduser().resolve())
+
+
 def _settings_from(args: argparse.Namespace) -> Settings:
     from profscope.assets import demo_traces
 
     env_roots = [r.strip() for r in (env("ROOTS") or "").split(",") if r.strip()]
-    roots = args.roots or env_roots or [str(demo_traces())]
+    roots = [_absolute(root) for root in args.roots or env_roots or [str(demo_traces())]]
     source_roots = args.source_root or [Path(p) for p in (env("SOURCE_ROOT") or "").split(":") if p]
     path_items = args.source_path_map or [x for x in (env("SOURCE_PATH_MAP") or "").split(",") if x]
     path_map = [tuple(item.split("=", 1)) for item in path_items if "=" in item]
@@ -286,6 +354,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         shared_cache_write=args.shared_cache_write,
         workers=max(1, args.workers),
         rescan_seconds=args.rescan_seconds,
+        cache_max_bytes=max(0, args.cache_max_bytes),
         max_trace_bytes=args.max_trace_bytes,
         max_snapshot_bytes=args.max_snapshot_bytes,
         max_parse_seconds=args.max_parse_seconds,
@@ -298,6 +367,12 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         auth_token=args.auth_token,
         trust_proxy_header=args.trust_proxy_header.strip(),
         public_metrics=args.public_metrics,
+        allowed_hosts=args.allowed_hosts or default_allowed_hosts(args.host),
+        trusted_proxies=args.trusted_proxies,
+        proxy_secret=args.proxy_secret,
+        header_timeout_s=args.header_timeout,
+        max_connections=max(1, args.max_connections),
+        max_summary_work=args.max_summary_work,
         storage=_storage_options(args),
     )
 
@@ -309,18 +384,55 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 KEEP_ALIVE_SECONDS = 75
 
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM after uvicorn's graceful shutdown (uvicorn raises the signal again once it is done)."""
+
+
+def _stop_on_signal(number: int, frame: object) -> None:
+    raise _Stopped(number)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound (and listening: early connections wait in its backlog) before anything says
+    "serving on"; OSError when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart while in TIME_WAIT
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from profscope.app import create_app
-    from profscope.ingest.allocator import limit_heap_arenas
+    from profscope.auth import access_settings_problems
+    from profscope.http_protocol import guarded_protocol
+    from profscope.ingest.malloc_tuning import limit_heap_arenas
 
     try:
         settings = _settings_from(args)
     except ValueError as exc:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token])
+    errors, warnings = access_settings_problems(settings)
+    if errors:
+        print("profscope serve: " + "; ".join(errors), file=sys.stderr)
+        return 2
+    configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token, settings.proxy_secret])
+    for warning in warnings:
+        logging.getLogger("profscope").warning("%s", warning)
+    try:
+        sock = _bind(settings.host, settings.port)
+    except OSError as exc:
+        print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return 2
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
     app = create_app(settings)
     access = []
@@ -338,10 +450,16 @@ def serve(args: argparse.Namespace) -> int:
             "shared cache %s (%s), unpacked into %s", redact(settings.shared_cache),
             "read and written" if settings.shared_cache_write else "read only", settings.cache_dir,
         )  # fmt: skip
-    uvicorn.run(
+    config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), log_config=None,
         access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=guarded_protocol(settings.header_timeout_s, settings.max_connections),
+        proxy_headers=False,  # X-Forwarded-* is believed only from --trusted-proxy (auth.py), not from uvicorn
     )  # fmt: skip
+    for number in (signal.SIGINT, signal.SIGTERM):  # a normal exit: the parser pool's queues are released
+        signal.signal(number, _stop_on_signal)
+    with contextlib.suppress(_Stopped):
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
@@ -370,26 +488,39 @@ def ingest(args: argparse.Namespace) -> int:
 
     from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
     from profscope.sources import LocalSource
+    from profscope.views.registry import queries
 
     map_large_arrays_directly()  # as the worker processes do
+    unreadable = [f"{p}: {'not a file' if p.exists() else 'no such file'}" for p in args.files if not p.is_file()]
+    if unreadable:
+        print(f"profscope ingest: {'; '.join(unreadable)}", file=sys.stderr)
+        return 2
     cache_dir = args.cache_dir or Path(tempfile.mkdtemp(prefix="profscope-ingest-"))
     failures = 0
     for path in args.files:
         started = time.perf_counter()
-        result = run_ingest(
-            IngestRequest(
-                source=LocalSource(path.resolve().parent),
-                key=path.name,
-                size=path.stat().st_size,
-                cache_key=f"cli-{path.name}",
-                cache_root=str(cache_dir),
-                max_trace_bytes=64 << 30,
-            )
-        )
+        source = LocalSource(path.resolve().parent)
+        file = catalog_file(source, path.name, path.stat().st_size)
+        if file is None or file.refusal:
+            why = file.refusal if file is not None else "not a trace, allocator snapshot or memory.log"
+            print(json.dumps({"file": str(path), "error": why}))
+            failures += 1
+            continue
+        request = IngestRequest.for_file(file, source, cache_dir, queries(), 64 << 30, 64 << 30, f"cli-{path.name}")
+        result = run_ingest(request)
         result["wall_s"] = time.perf_counter() - started
         failures += "error" in result
         print(json.dumps({"file": str(path), **{k: v for k, v in result.items() if k != "device_properties"}}))
     return 1 if failures else 0
+
+
+def catalog_file(source: Source, key: str, size: int) -> TraceFile | None:
+    """The catalog's reading of one file (its kind: trace, snapshot, memory.log), None when it reads none."""
+    from profscope.catalog import build_runs
+    from profscope.sources import ObjectInfo
+
+    runs = build_runs([("cli", source.uri, [ObjectInfo(key=key, size=size, version=str(size))])])
+    return next((file for run in runs.values() for file in run.files if file.key == key), None)
 
 
 def main(argv: list[str] | None = None) -> int:

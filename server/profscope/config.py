@@ -24,6 +24,7 @@ class Settings:
     shared_cache_write: bool = False  # publish what this server parses to the shared cache
     workers: int = max(1, min(4, (os.cpu_count() or 2)))
     rescan_seconds: float = 10.0
+    cache_max_bytes: int = 20 << 30  # beyond it, least recently used entries no served run needs are evicted
     max_trace_bytes: int = 64 << 30
     max_snapshot_bytes: int = 8 << 30
     max_parse_seconds: float = 3600.0  # a parse still running after this is stopped (its worker killed)
@@ -38,6 +39,13 @@ class Settings:
     auth_token: str = field(default="", repr=False)  # when set: requests need it (bearer or login cookie)
     trust_proxy_header: str = ""  # e.g. X-Forwarded-User: requests without it are refused
     public_metrics: bool = False  # /metrics open even when access control is on
+    # docs/security.md: which Host headers are answered (empty: any), who may set the proxy header
+    allowed_hosts: list[str] = field(default_factory=list)
+    trusted_proxies: list[str] = field(default_factory=list)  # CIDRs; none given: loopback only
+    proxy_secret: str = field(default="", repr=False)  # the proxy sends it in PROXY_SECRET_HEADER
+    header_timeout_s: float = 30.0  # a request's headers must arrive within this
+    max_connections: int = 1000
+    max_summary_work: int = 300_000_000  # slices x tracks of one Trace-view area summary (api/timeline.py)
 
     @property
     def access_control(self) -> bool:

@@ -30,6 +30,7 @@ from profscope.config import Settings
 from profscope.ingest.jobs import IngestRequest, map_large_arrays_directly, run_ingest
 from profscope.shared_cache import SharedCache
 from profscope.sources import Source, SourceError, StorageOptions, open_source, redact
+from profscope.views.registry import queries
 
 log = logging.getLogger("profscope.index")
 
@@ -55,7 +56,7 @@ class IndexReport:
     root: str
     shard: tuple[int, int]
     cache: str = ""
-    traces: int = 0  # trace files under the root
+    traces: int = 0  # files under the root the catalog reads: traces, allocator snapshots, memory.log files
     in_shard: int = 0
     parsed: int = 0
     already_cached: int = 0
@@ -120,7 +121,8 @@ def _index(
         report.failures.append({"file": redact(root), "message": f"cannot list it: {redact(str(exc))}"})
         return report
     label = PurePosixPath(root.rstrip("/")).name or root
-    traces = [t for run in build_runs([(label, source.uri, objects)]).values() for t in run.traces()]
+    runs = build_runs([(label, source.uri, objects)]).values()
+    traces = [file for run in runs for file in run.traces() + run.snapshots() + run.memory_logs()]
     report.traces = len(traces)
     map_large_arrays_directly()  # as the server's worker processes do
     for trace in traces:
@@ -154,15 +156,7 @@ def _index(
 def _ingest(source: Source, trace: TraceFile, cache: TraceCache, limits: tuple[int, int]) -> str | None:
     """Parse one trace or snapshot into ``cache``; ``limits``: (max trace bytes, max snapshot bytes)."""
     max_trace_bytes, max_snapshot_bytes = limits
-    request = IngestRequest(
-        source=source,
-        key=trace.key,
-        size=trace.info.size,
-        cache_key=trace.cache_key,
-        cache_root=str(cache.root),
-        max_trace_bytes=max_trace_bytes,
-        max_snapshot_bytes=max_snapshot_bytes,
-    )
+    request = IngestRequest.for_file(trace, source, cache.root, queries(), max_trace_bytes, max_snapshot_bytes)
     try:
         result = run_ingest(request)
     except Exception as exc:  # one broken trace must not stop the shard

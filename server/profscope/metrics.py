@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -26,6 +26,9 @@ INGEST_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CACHE_SIZE_REFRESH_S = 30.0  # walking a large cache on every scrape would cost more than it tells
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Labels come from closed sets: a client choosing a method name must not create a series per name.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "other"
 
 
 class IngestMetrics:
@@ -95,6 +98,11 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.ingest = IngestMetrics(self.registry)
+        self.cache_removed = Counter(
+            "profscope_cache_entries_removed", "Local cache entries removed, by reason: gone (the object was deleted "
+            "or overwritten) or size (least recently used, beyond --cache-max-bytes)", ["reason"],
+            registry=self.registry,
+        )  # fmt: skip
         self.shared_cache = SharedCacheMetrics(self.registry)
         self.request_duration = Histogram(
             "profscope_http_request_duration_seconds",
@@ -110,7 +118,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.heavy_running = Gauge(
+            "profscope_heavy_requests_running", "Requests to the heavy routes (guard.py) being computed now",
+            registry=self.registry,
+        )  # fmt: skip
+        self.heavy_waiting = Gauge(
+            "profscope_heavy_requests_waiting", "Requests to the heavy routes waiting for their turn",
+            registry=self.registry,
+        )  # fmt: skip
+
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """``route`` is a route template or one of a few fixed names (app.route_template)."""
+        method = method if method in HTTP_METHODS else OTHER_METHOD
         self.request_duration.labels(method, route).observe(seconds)
         self.requests.labels(method, route, str(status)).inc()
 
@@ -146,6 +165,10 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "profscope_cache_size_bytes", "Bytes under the cache directory (refreshed every 30 s at most)",
             value=self._cache_size.get(),
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "profscope_cache_max_bytes", "--cache-max-bytes: the bound on entries no served run needs (0: none)",
+            value=state.settings.cache_max_bytes,
         )  # fmt: skip
 
 

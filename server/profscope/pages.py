@@ -1,4 +1,7 @@
-"""HTML pages: server-rendered shells whose JavaScript reads its state from the URL and calls the API."""
+"""HTML pages: server-rendered shells whose JavaScript reads its state from the URL and calls the API.
+
+One route per view of the registry (``profscope.views.registry``), rendering the view's template.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +11,40 @@ from fastapi.templating import Jinja2Templates
 
 from profscope import __version__
 from profscope.assets import web_dir
+from profscope.views.registry import VIEWS
+from profscope.views.view import View
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(web_dir() / "templates"))
 
-PAGES = {
-    "overview": "Overview",
-    "operators": "Operator",
-    "kernels": "Kernel",
-    "memory": "Memory",
-    "distributed": "Distributed",
-    "trace": "Trace",
-}
+RUN_VIEWS = {view.name: view for view in VIEWS if view.run_tab}  # the per-run pages, in the nav's order
+PAGES = {name: view.label for name, view in RUN_VIEWS.items()}
+NAV = [{"name": view.name, "label": view.label, "href": view.page_path} for view in VIEWS if view.in_nav]
 
 
 def _render(request: Request, template: str, **context: object) -> HTMLResponse:
-    return templates.TemplateResponse(request, template, {"version": __version__, "pages": PAGES, **context})
+    return templates.TemplateResponse(
+        request, template, {"version": __version__, "pages": PAGES, "nav": NAV, **context}
+    )
 
 
-@router.get("/", response_class=HTMLResponse)
-def runs_page(request: Request) -> HTMLResponse:
-    return _render(request, "runs.html", page="runs", title="Runs")
+def _add_page(view: View) -> None:
+    """A page that is not per run (the runs list, a source file) has a route of its own."""
+
+    def page(request: Request) -> HTMLResponse:
+        return _render(request, view.template, page=view.name, title=view.label)
+
+    router.add_api_route(view.page_path, page, methods=["GET"], response_class=HTMLResponse, name=f"{view.name}_page")
+
+
+for _view in VIEWS:
+    if not _view.run_tab:
+        _add_page(_view)
 
 
 @router.get("/run")
 def run_page(request: Request) -> Response:
     return RedirectResponse(url=f"/overview?{request.url.query}")
-
-
-@router.get("/source", response_class=HTMLResponse)
-def source_page(request: Request) -> HTMLResponse:
-    return _render(request, "source.html", page="source", title="Source")
 
 
 @router.get("/api-docs", response_class=HTMLResponse)
@@ -47,7 +53,9 @@ def api_docs_page(request: Request) -> HTMLResponse:
 
 
 @router.get("/{page}", response_class=HTMLResponse)
-def view_page(request: Request, page: str) -> HTMLResponse:
-    if page not in PAGES:
+def run_view_page(request: Request, page: str) -> HTMLResponse:
+    """The per-run pages share one route (one metrics label, ``/{page}``)."""
+    view = RUN_VIEWS.get(page)
+    if view is None:
         raise HTTPException(status_code=404, detail=f"no page {page!r}")
-    return _render(request, f"{page}.html", page=page, title=PAGES[page])
+    return _render(request, view.template, page=view.name, title=view.label)

@@ -5,20 +5,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from profscope.analysis.distributed import not_ranks_of_one_job
 from profscope.cache import TraceCache
-from profscope.catalog import Run, TraceFile, build_runs
+from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
+from profscope.catalog import Run, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
+from profscope.store import Store
+from profscope.views.view import RunFacts
+
+if TYPE_CHECKING:
+    from profscope.views.view import View
 
 log = logging.getLogger("profscope.state")
 
@@ -52,10 +60,13 @@ def _display_uri(uri: str, source: Source | None) -> str:
 
 
 class Profscope:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, views: Sequence[View] = ()) -> None:
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
+        self.views = tuple(views)  # the registry (profscope.views.VIEWS), handed in: views sit above this layer
+        queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
+        self.store = Store(self.cache, queries)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -83,16 +94,19 @@ class Profscope:
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
             limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes),
+            queries=queries,
         )
         self._runs: dict[str, Run] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
         self.scans = 0
+        self._tidied: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # when, and the files then
+        self._told_cache_too_small = False
         self.metrics.watch(self)
 
     def _unique_label(self, shown: str) -> str:
-        """The root's last folder name (its runs are named LABEL/folder when there are several roots);
+        """The root's last folder name (a run named like one of an earlier root becomes LABEL/folder);
         two roots ending in the same name (s3://a/runs, gs://b/runs) keep more of their path."""
         path = PurePosixPath(shown.split("://", 1)[-1].rstrip("/"))
         taken = {root.label for root in self.roots}
@@ -109,11 +123,12 @@ class Profscope:
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(listed)))) as pool:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
-        runs = build_runs(listings, several=len(self.roots) > 1)
+        runs = build_runs(listings)
         with self._lock:
             self._runs = runs
         self.scans += 1
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
+        self._tidy_cache(runs)
         if self.settings.eager_ingest:
             for run in runs.values():
                 for trace in run.traces() + run.snapshots() + run.memory_logs():
@@ -133,8 +148,43 @@ class Profscope:
         recovered = root.error is not None and root.listed_at > 0
         if recovered:
             log.warning("%s is readable again", root.uri)
+        elif root.error is not None:
+            log.info("%s can be listed now: %d files", root.uri, len(objects))
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
+
+    def _tidy_cache(self, runs: dict[str, Run]) -> None:
+        """Bound the cache (cache_bounds.py) when the files served changed, and every minute for its size."""
+        files = [f for run in runs.values() for f in run.traces() + run.snapshots() + run.memory_logs()]
+        for file in files:  # entries written since the last scan: from then on known as this root's
+            self.cache.record_origin(file.cache_key, file.source, file.key)
+        live = {f.cache_key for f in files}
+        last_at, last_files = self._tidied
+        if frozenset(live) == last_files and time.monotonic() - last_at < TIDY_EVERY_S:
+            return
+        self._tidied = (time.monotonic(), frozenset(live))
+        listed = {r.source.uri for r in self.roots if r.source is not None and r.error is None and r.listed_at}
+        report = tidy_cache(self.cache, live, listed, self.settings.cache_max_bytes)
+        self.metrics.cache_removed.labels("gone").inc(len(report.gone))
+        self.metrics.cache_removed.labels("size").inc(len(report.evicted))
+        if report.gone or report.evicted:
+            log.info("cache: removed %d entries of deleted or overwritten files and %d least recently used "
+                     "ones; %d bytes kept", len(report.gone), len(report.evicted), report.bytes_kept)  # fmt: skip
+        if 0 < self.settings.cache_max_bytes < report.live_bytes and not self._told_cache_too_small:
+            self._told_cache_too_small = True
+            log.warning("the runs served take %d bytes of cache, more than --cache-max-bytes %d: they are kept "
+                        "(evicting them would parse them again at every rescan)", report.live_bytes,
+                        self.settings.cache_max_bytes)  # fmt: skip
+
+    def readiness(self) -> tuple[bool, list[dict[str, str]]]:
+        """(ready, roots that cannot be listed). Ready once the first scan is done and every root has been listed
+        at least once. A root failing after a good listing does not make the server unready: its runs are still
+        served (marked stale), and a storage outage taking every replica out of its Service at once would
+        serve nothing instead. A root never listed (a folder not there yet, a wrong bucket or credentials at
+        start) keeps it unready, so a probe or a script waiting for it sees why."""
+        failing = [{"root": root.uri, "error": root.error} for root in self.roots if root.error]
+        never_listed = any(not root.listed_at for root in self.roots)
+        return self.scans > 0 and not never_listed, failing
 
     def _retry_storage_failures(self, runs: dict[str, Run], recovered_roots: set[str]) -> None:
         """Read again traces whose read failed on a storage error (not on their content)."""
@@ -172,6 +222,12 @@ class Profscope:
         with self._lock:
             return self._runs.get(name)
 
+    def moved_run(self, name: str) -> str | None:
+        """The run a link to an unknown run most likely means (see catalog.moved_run)."""
+        with self._lock:
+            names = list(self._runs)
+        return moved_run(name, names, [root.label for root in self.roots])
+
     # ---- per-run status ---------------------------------------------------------------------------
     def run_status(self, run: Run) -> dict[str, Any]:
         traces = run.traces()
@@ -196,12 +252,14 @@ class Profscope:
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
+        applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs))
         return {
             "run": run.name,
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states),
-            "views": self.views_of(run, traces, states, snapshots + memory_logs),
+            "views": [name for name, reason in applicable.items() if reason is None],
+            "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
             "files": [
                 {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
@@ -226,17 +284,8 @@ class Profscope:
 
     def oom_devices(self, snapshot: TraceFile) -> list[int]:
         """The devices that ran out of memory in a parsed snapshot (from its cached summary)."""
-        data = self.cache.read_view(snapshot.cache_key, "snapshot.summary")
+        data = self.store.result(snapshot.cache_key, "snapshot.summary")
         return orjson.loads(data).get("oom_devices", []) if data else []
-
-    def memory_view_of(self, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]) -> list[str]:
-        """["memory"] when the run has allocator snapshots, memory.log files or a parsed trace with memory events."""
-        if memory_files:
-            return ["memory"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready" and (self.cache.summary(trace.cache_key) or {}).get("memory_events"):
-                return ["memory"]
-        return []
 
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
@@ -249,22 +298,33 @@ class Profscope:
                 workers.append({"worker": worker, "spans": readable})
         return workers
 
-    def views_of(
+    def run_facts(
         self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]
-    ) -> list[str]:
-        """The pages a run has, in the navigation's order (``memory_files``: its snapshots and memory.log files)."""
-        if not traces:
-            return self.memory_view_of(traces, states, memory_files)
-        views = ["overview", "operators"]
-        for trace, state in zip(traces, states, strict=True):
-            if state.state == "ready":
-                summary = self.cache.summary(trace.cache_key) or {}
-                if summary.get("kernels"):
-                    views.append("kernels")
-                    break
-        views.extend(self.memory_view_of(traces, states, memory_files))
-        first = self.cache.summary(traces[0].cache_key) or {}
-        if len(run.workers()) > 1 or first.get("distributed"):  # several ranks, or one rank of a distributed job
-            views.append("distributed")
-        views.append("trace")
-        return views
+    ) -> RunFacts:
+        """What the views ask of a run (``memory_files``: its snapshots and memory.log files)."""
+        parsed = [
+            self.cache.summary(t.cache_key) or {} for t, s in zip(traces, states, strict=True) if s.state == "ready"
+        ]
+        first = (self.cache.summary(traces[0].cache_key) or {}) if traces else {}
+        return RunFacts(
+            traces=len(traces),
+            kernels=any(summary.get("kernels") for summary in parsed),
+            memory=bool(memory_files) or any(summary.get("memory_events") for summary in parsed),
+            workers=len(run.workers()),
+            distributed_info=bool(first.get("distributed")),
+            not_distributed=self.not_distributed_reason(run),
+        )
+
+    def views_of(self, facts: RunFacts) -> dict[str, str | None]:
+        """Each per-run page in the navigation's order: None when it applies to the run, else the reason."""
+        return {view.name: view.applies(facts) for view in self.views if view.run_tab}
+
+    def not_distributed_reason(self, run: Run) -> str | None:
+        """Why the Distributed view does not apply to a run, or None when its traces are ranks of one job."""
+        workers = run.workers()
+
+        def infos() -> list[dict[str, Any] | None]:
+            firsts = [run.find(worker, spans[0]) for worker, spans in workers.items()]
+            return [(self.cache.summary(t.cache_key) or {}).get("distributed") if t else None for t in firsts]
+
+        return not_ranks_of_one_job(list(workers), infos)

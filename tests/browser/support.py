@@ -40,8 +40,8 @@ SOURCE_TARGET_LINE = 67
 
 
 @contextmanager
-def served(roots: list[Path], work: Path, *extra: str) -> Iterator[Server]:
-    """A ``profscope serve`` of ``roots`` (cache and log under ``work``), its traces parsed, stopped afterwards."""
+def parsed_server(roots: list[Path], work: Path, *extra: str) -> Iterator[Server]:
+    """A server on these roots, every trace parsed; stopped on leaving."""
     server = start_server(roots, work / "cache", work / "server.log", *extra)
     try:
         server.wait_parsed()

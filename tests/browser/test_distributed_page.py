@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import BARS, Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import BARS, Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
 
 pytestmark = pytest.mark.browser
 
@@ -29,12 +29,8 @@ def distributed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
     shutil.copy(
         corpus_path(f"{GLOO}/{FIRST_SPAN[2]}.pt.trace.json.gz"), roots / "partial" / f"{HOSTILE}.1.pt.trace.json.gz"
     )
-    server = start_server([roots], work / "cache", work / "server.log")
-    try:
-        server.wait_parsed()
+    with parsed_server([roots], work) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_slowest_rank_opens_the_trace_view_beside_the_others(page, distributed_server: Server) -> None:

@@ -47,7 +47,7 @@ SHOWN = {
     "distributed": [WORKERS[0], WORKERS[1]],
 }
 HOVERED = 12  # chart elements hovered per chart kind
-SNAPSHOT_FILE = "memory-snapshots/MAGMA27_assignment2-systems/memory_snapshot.pickle"
+SNAPSHOT_FILE = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"
 MEMORY_LOG = Path(__file__).resolve().parents[1] / "data" / "internlm" / "memory_trace" / "rank0_dp0_tp0" / "memory.log"
 
 

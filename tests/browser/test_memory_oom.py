@@ -1,5 +1,5 @@
 """A snapshot taken at an out-of-memory opens on the device and the moment that ran out, and the Runs page
-marks it: a real CS336 snapshot made into a 3-GPU one whose second GPU records an ``oom`` entry (as the
+marks it: a real snapshot (DeComFL, one GPU) made into a 3-GPU one whose second GPU records an ``oom`` entry (as the
 allocator writes it: the request's size, what the driver had free, the failing call's frames)."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, get_json, query_of, screenshot, served, wait_for_plot
+from .support import Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
 
-SOURCE = "memory-snapshots/MAGMA27_assignment2-systems/memory_snapshot.pickle"
+SOURCE = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"  # Apache-2.0, with allocation history
 OOM_DEVICE = 1
 
 
@@ -38,7 +38,7 @@ def oom_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     work = tmp_path_factory.mktemp("oom")
     (work / "job").mkdir()
     (work / "job" / "oom_snapshot.pickle").write_bytes(pickle.dumps(three_gpu_snapshot_with_an_oom_on_gpu1()))
-    with served([work / "job"], work) as server:
+    with parsed_server([work / "job"], work) as server:
         yield server
 
 
@@ -87,7 +87,7 @@ def test_a_snapshot_without_oom_opens_on_its_first_device(page, tmp_path: Path) 
         snapshot = pickle.load(f)
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "snapshot.pickle").write_bytes(pickle.dumps(snapshot))
-    with served([tmp_path / "plain"], tmp_path) as server:
+    with parsed_server([tmp_path / "plain"], tmp_path) as server:
         page.goto(f"{server.url}/memory?run=plain")
         wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
         assert query_of(page.url)["device"] == "0"
@@ -100,7 +100,7 @@ def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) 
     """A snapshot without allocation history (ZijianDu_Attention: segments only) drew a meaningless 0-1 axis."""
     (tmp_path / "segments").mkdir()
     shutil.copy(corpus_path("memory-snapshots/ZijianDu_Attention/memory.pickle"), tmp_path / "segments")
-    with served([tmp_path / "segments"], tmp_path) as server:
+    with parsed_server([tmp_path / "segments"], tmp_path) as server:
         page.goto(f"{server.url}/memory?run=segments")
         timeline = page.get_by_test_id("snapshot-timeline")
         timeline.get_by_test_id("empty-state").wait_for()

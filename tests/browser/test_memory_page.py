@@ -3,6 +3,7 @@ InternLM memory.log (curve by category, layer sunbursts)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,28 +13,53 @@ from .support import Server, corpus_path, get_json, query_of, screenshot, start_
 
 pytestmark = pytest.mark.browser
 
-SNAPSHOT_RUN = "notHanmin_assignment2-systems"
-SCRIPT = "cs336_systems/benchmarking_script.py"  # the profiled script the snapshot's stacks point at
+SNAPSHOT_SOURCE = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"  # a training loop's history, 61 segments
+SNAPSHOT_RUN = "DeComFL"
+SCRIPT = "decomfl_main.py"  # the profiled script the snapshot's stacks point at
 INTERNLM = Path(__file__).resolve().parents[1] / "data" / "internlm"  # written by make_memory_logs.py
-LOG_RUN = "internlm/memory_trace"  # the profiler's own example (see tests/test_memory_log.py)
-PIPELINE_RUN = "internlm/RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
+# runs of the root tests/data/internlm, named by their folder in it (no root prefix: docs/definitions.md, "Run names")
+LOG_RUN = "memory_trace"  # the profiler's own example (see tests/test_memory_log.py)
+PIPELINE_RUN = "RUN/internlm_tiny/05-01-10-00-00/memory_trace"  # two ranks, two model chunks
 
 
 def _stand_in_sources(work: Path) -> Path:
     """A source root holding a stand-in for the script the snapshot's stacks point at."""
     sources = work / "sources"
-    (sources / "cs336_systems").mkdir(parents=True)
-    (sources / SCRIPT).write_text(
-        "".join(f"# line {n} of a stand-in for the benchmark script\n" for n in range(1, 300))
-    )
+    sources.mkdir(parents=True)
+    (sources / SCRIPT).write_text("".join(f"# line {n} of a stand-in for the training script\n" for n in range(1, 300)))
     return sources
+
+
+def _posix_snapshot() -> dict:
+    """The corpus snapshot with its Windows frame paths (``C:\\research\\DeComFL\\...``) written as the POSIX
+    paths of a Linux checkout, so the source viewer finds their tails under a source root here."""
+    import pickle
+
+    with open(corpus_path(SNAPSHOT_SOURCE), "rb") as f:
+        snapshot = pickle.load(f)  # the corpus is trusted: the plain unpickler writes the test's own pickle
+    frames = [f for trace in snapshot["device_traces"] for e in trace for f in e["frames"]]
+    frames += [f for segment in snapshot["segments"] for block in segment["blocks"] for f in block.get("frames", [])]
+    for frame in {id(f): f for f in frames}.values():  # the pickle shares a frame between the stacks holding it
+        frame["filename"] = "/" + frame["filename"].removeprefix("C:\\").replace("\\", "/")
+    return snapshot
+
+
+def _snapshot_run(work: Path) -> Path:
+    """A run with two snapshots: the training history, and one recorded without history (segments only)."""
+    import pickle
+
+    run = work / SNAPSHOT_RUN
+    run.mkdir(parents=True)
+    (run / "memory_snapshot.pickle").write_bytes(pickle.dumps(_posix_snapshot(), protocol=4))
+    shutil.copy(corpus_path("memory-snapshots/ZijianDu_Attention/memory.pickle"), run / "segments_only.pickle")
+    return run
 
 
 @pytest.fixture(scope="module")
 def memory_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     work = tmp_path_factory.mktemp("memory-server")
     sources = _stand_in_sources(work)
-    roots = [corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}"), corpus_path("generated/tinygpt_cpu"), INTERNLM]
+    roots = [_snapshot_run(work), corpus_path("generated/tinygpt_cpu"), INTERNLM]
     started = start_server(roots, work / "cache", work / "server.log", "--source-root", str(sources))
     try:
         started.wait_parsed()
@@ -83,7 +109,7 @@ def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Ser
     frames = detail.get_by_test_id("allocation-frames")
     frames.wait_for()
     assert query_of(page.url)["allocation"] == str(point["id"])
-    link = frames.locator("a.frame-link", has_text="benchmarking_script.py").first
+    link = frames.locator("a.frame-link", has_text=SCRIPT).first
     target_line = int(link.inner_text().rsplit(":", 1)[1])
     screenshot(page, "memory-snapshot-pinned")
     link.click()
@@ -91,7 +117,7 @@ def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Ser
     row = page.locator("tr.target")
     row.wait_for()
     assert row.get_attribute("data-line") == str(target_line)
-    assert "stand-in for the benchmark script" in row.inner_text()
+    assert "stand-in for the training script" in row.inner_text()
 
 
 def test_profiler_curve_range_selection_filters_both_tables(page, memory_server: Server) -> None:
@@ -135,12 +161,12 @@ def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Serv
     links.first.wait_for()
     assert sorted(links.all_inner_texts()) == [
         "memory snapshot memory_snapshot",
-        "memory snapshot memory_snapshot_forward",
+        "memory snapshot segments_only",
     ]
-    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot_forward")
+    link = page.get_by_test_id("snapshot-link").filter(has_text="memory_snapshot")
     link.click()
     page.wait_for_url("**/memory?**")
-    assert query_of(page.url)["snapshot"] == "memory_snapshot_forward"
+    assert query_of(page.url)["snapshot"] == "memory_snapshot"
     wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
     screenshot(page, "memory-from-runs")
 
@@ -212,7 +238,7 @@ def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Se
     links = page.get_by_test_id("memory-log-link")
     links.first.wait_for()
     assert links.count() == 3
-    page.locator("tr", has_text=LOG_RUN).get_by_test_id("memory-log-link").click()
+    page.locator(f"[data-run='{LOG_RUN}']").get_by_test_id("memory-log-link").click()
     page.wait_for_url("**/memory?**")
     assert query_of(page.url)["log"] == "memory.log"
     wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
@@ -265,8 +291,7 @@ def test_oom_moment_with_its_request_and_stack_linked_to_source(page, tmp_path: 
     frames link to the source viewer."""
     import pickle
 
-    with open(corpus_path(f"memory-snapshots/{SNAPSHOT_RUN}/memory_snapshot.pickle"), "rb") as f:
-        snapshot = pickle.load(f)  # the corpus is trusted: the plain unpickler writes the test's own pickle
+    snapshot = _posix_snapshot()
     trace = snapshot["device_traces"][0]
     failing = next(e for e in reversed(trace) if any(SCRIPT in frame["filename"] for frame in e["frames"]))
     trace.append({"action": "oom", "addr": 0, "size": 6 << 30, "stream": 0, "device_free": 123 << 20,
@@ -288,7 +313,7 @@ def test_oom_moment_with_its_request_and_stack_linked_to_source(page, tmp_path: 
         assert f"at {oom['at_us']:,} \u00b5s on the timeline" in text
         assert "6.0 GiB" in text and "123 MiB" in text
         screenshot(page, "memory-snapshot-oom")
-        link = moment.get_by_test_id("oom-frames").locator("a.frame-link", has_text="benchmarking_script.py").first
+        link = moment.get_by_test_id("oom-frames").locator("a.frame-link", has_text=SCRIPT).first
         target_line = int(link.inner_text().rsplit(":", 1)[1])
         link.click()
         page.wait_for_url("**/source?**")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import Server, corpus_path, screenshot, served, wait_for_plot
+from .support import Server, corpus_path, parsed_server, screenshot, wait_for_plot
 
 AMD = "traces/AMD-AGI_TraceLens/tests/traces/inference"
 DEEP = "lab/profiles/2025-11/AMD-AGI_TraceLens/tests/traces/inference"  # a team's folder above the traces
@@ -41,7 +41,7 @@ def amd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         target = work / "traces" / DEEP / run
         target.mkdir(parents=True)
         shutil.copy(corpus_path(source), target)
-    with served([work / "traces"], work) as server:
+    with parsed_server([work / "traces"], work) as server:
         yield server
 
 

@@ -101,13 +101,16 @@ def test_call_stacks_link_to_source(page, server):
     stacks.wait_for()
     assert stacks.locator("details.stack").count() >= 2
     link = stacks.locator("a", has_text=f"gen_cpu_traces.py({SOURCE_TARGET_LINE}): train").first
-    assert link.get_attribute("href") == f"/source?path=gen_cpu_traces.py&line={SOURCE_TARGET_LINE}"
+    href = link.get_attribute("href")
+    assert href.startswith(f"/source?path=gen_cpu_traces.py&line={SOURCE_TARGET_LINE}&run=tinygpt_cpu&worker=")
     screenshot(page, "operators-stacks")
     link.click()
     page.wait_for_url("**/source?**")
     target = page.locator("tr.target")
     target.wait_for()
     assert target.get_attribute("data-line") == str(SOURCE_TARGET_LINE)
+    back = page.locator("a[data-nav=operators]").get_attribute("href")  # the nav leads back to the run
+    assert query_of(back)["run"] == "tinygpt_cpu" and query_of(back)["worker"] == query_of(href)["worker"]
     assert "loss.backward()" in target.inner_text()
 
 
@@ -126,3 +129,18 @@ def test_clicking_a_pie_legend_entry_expands_its_row(page, server):
     entry.click()
     assert page.locator("tr.expanded td.name").inner_text() == name
     assert query_of(page.url)["stack"] == name
+
+
+def test_the_page_shows_how_the_self_times_add_up(page, server):
+    """Issue 17: host self + runtime = time inside operators; device self + unattributed = all device time."""
+    api = page.request.get(f"{server.url}/api/operators?run=trace_filter").json()
+    page.goto(f"{server.url}/operators?run=trace_filter")
+    page.locator("#accounting summary").click()
+    host = page.get_by_test_id("accounting-host").inner_text()
+    device = page.get_by_test_id("accounting-device").inner_text()
+    accounting = api["accounting"]
+    assert f"{accounting['host_in_operators_us']:,.0f} µs" in host
+    assert f"{accounting['device_unattributed_us']:,.0f} µs" in device
+    assert sum(r["device_self_us"] for r in api["rows"]) + accounting["device_unattributed_us"] == pytest.approx(
+        accounting["device_total_us"], abs=1e-3
+    )

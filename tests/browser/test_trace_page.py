@@ -269,6 +269,7 @@ def test_two_ranks_side_by_side_with_offsets(page, server) -> None:
     shown_workers = quote(",".join(workers))
     page.goto(
         f"{server.url}/trace?run=trace_filter&span=default&workers={shown_workers}&start_us=1000000&end_us=1400000"
+        "&compact=0"  # every track: the Python threads are what this test draws
     )
     shown = wait_drawn(page)
     tracks_url = f"{server.url}/api/timeline/tracks?run=trace_filter&worker="
@@ -332,7 +333,8 @@ def test_distributed_slowest_rank_lands_beside_the_others(page, server) -> None:
     for section, worker in enumerate(window["workers"]):
         arrival = next(a for a in slowest["worst"]["arrivals"] if a["worker"] == worker)
         found = []
-        for track in [t for t in page.evaluate(f"(i) => {HOOK}.tracks(i)", section) if t["name"].startswith("stream")]:
+        tracks = page.evaluate(f"(i) => {HOOK}.tracks(i)", section)
+        for track in [t for t in tracks if t["name"].startswith("stream") and t["kind"] == "slices"]:
             scroll_to_track(page, section, track["id"])
             found += [s for s in drawn(page, section, track["id"]) if s["name"].startswith("ncclKernel")]
         assert any(s["dur_us"] == pytest.approx(arrival["duration_us"]) for s in found), worker

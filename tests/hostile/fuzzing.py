@@ -44,8 +44,7 @@ TRACE_SEEDS = (
 )
 SNAPSHOT_SEEDS = (
     "memory-snapshots/ZijianDu_Attention/memory.pickle",
-    "memory-snapshots/MAGMA27_assignment2-systems/memory_snapshot.pickle",
-    "memory-snapshots/bcrafton_assignment2-systems/memory_snapshot.pickle",
+    "memory-snapshots/ZidongLiu_DeComFL/memory.pickle",
 )
 EVENTS_PER_CATEGORY = 25
 MAX_TRACE_BYTES = 64 << 20
@@ -252,13 +251,13 @@ class Outcome:
 
 def run_trace_case(data: bytes) -> Outcome:
     from profscope.analysis.context import TraceContext
-    from profscope.analysis.payloads import registered
     from profscope.analysis.timeline_index import build_timeline_index
+    from profscope.views.registry import queries
 
     def check() -> None:
         tables = parse_trace(io.BytesIO(data), use_second_core=False, max_trace_bytes=MAX_TRACE_BYTES)
         context = TraceContext(tables)
-        for build in [*registered().values(), lambda _: build_timeline_index(tables)]:
+        for build in [*(q.build for q in queries("trace")), lambda _: build_timeline_index(tables)]:
             try:
                 build(context)
             except ValueError as exc:
@@ -269,16 +268,16 @@ def run_trace_case(data: bytes) -> Outcome:
 
 
 def run_snapshot_case(data: bytes) -> Outcome:
-    from profscope.analysis.payloads import registered
     from profscope.analysis.snapshot_allocations import build_allocations, build_levels
     from profscope.analysis.snapshot_timeline import timeline
+    from profscope.views.registry import queries
 
     def check() -> None:
         tables = parse_snapshot(io.BytesIO(data), MAX_SNAPSHOT_BYTES)
         tables.columns["allocations"] = build_allocations(tables)
         tables.columns["levels"], tables.columns["device_levels"] = build_levels(tables)
-        for builder in registered("snapshot").values():
-            builder(tables)
+        for query in queries("snapshot"):
+            query.build(tables)
         for device in tables.meta["devices"]:
             timeline(tables, device)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from profscope.ingest.jobs import IngestRequest, run_job
 from profscope.sources.local import LocalSource
+from profscope.views.registry import queries
 
 
 def ingest_in_process(tmp_path: Path, name: str, data: bytes, kind: str = "trace", **limits: Any) -> dict[str, Any]:
@@ -23,5 +24,6 @@ def ingest_in_process(tmp_path: Path, name: str, data: bytes, kind: str = "trace
         max_trace_bytes=limits.get("max_trace_bytes", 1 << 30),
         kind=kind,
         max_snapshot_bytes=limits.get("max_snapshot_bytes", 1 << 30),
+        queries=queries(kind),
     )
     return run_job(request)

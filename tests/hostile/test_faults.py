@@ -28,7 +28,7 @@ from serving import children_of, running_server, wait_for
 from .hostile_files import self_sharing_tuple_key_pickle
 
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
-MAKE_BIG_TRACE = Path(os.environ.get("PROFSCOPE_TOOLS", "/work/shared/tools")) / "make_big_trace.py"
+MAKE_BIG_TRACE = Path(__file__).resolve().parents[2] / "scripts" / "make_big_trace.py"
 VIEWS = ("overview", "operators", "kernels", "memory", "timeline/tracks")
 
 

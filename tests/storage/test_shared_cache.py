@@ -34,6 +34,7 @@ from profscope.ingest.jobs import IngestRequest, run_ingest
 from profscope.metrics import SharedCacheMetrics
 from profscope.shared_cache import LAYOUT, SharedCache
 from profscope.sources import LocalSource, ObjectInfo, SourceError, StorageOptions
+from profscope.views.registry import queries
 from serving import running_server, wait_for
 
 from .conftest import Bucket
@@ -269,8 +270,7 @@ def entries(tmp_path_factory: pytest.TempPathFactory) -> tuple[TraceCache, Trace
     for path in (good, folder / "bad.pt.trace.json"):
         info = ObjectInfo(key=path.name, size=path.stat().st_size, version="1")
         trace = TraceFile(source=str(path.parent), info=info, run="run", worker="worker0", span="1")
-        request = IngestRequest(source=LocalSource(path.parent), key=path.name, size=info.size, max_trace_bytes=1 << 30,
-                                cache_key=trace.cache_key, cache_root=str(cache.root))  # fmt: skip
+        request = IngestRequest.for_file(trace, LocalSource(path.parent), cache.root, queries(), 1 << 30)
         run_ingest(request)
         files.append(trace)
     assert cache.is_ready(files[0].cache_key) and cache.error(files[1].cache_key)

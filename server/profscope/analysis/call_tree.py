@@ -1,6 +1,6 @@
 """Host call tree and launch links: which op launched which device activity, with self/total times.
 
-Definitions (torch-tb-profiler's, ``anchors.md`` §1.5):
+Definitions (torch-tb-profiler's, ``docs/definitions.md`` §3):
 - per thread, host ops (``cpu_op``, ``user_annotation``, legacy ``Python``) nest by time containment;
   an op that starts inside another but ends after it is left out of the tree (counted in
   ``dropped``), as the old plugin did;
@@ -8,8 +8,17 @@ Definitions (torch-tb-profiler's, ``anchors.md`` §1.5):
   the same thread and encloses the call; otherwise (traces whose runtime ``External id`` is the
   correlation id, e.g. torch 2.0.1) to the innermost op that encloses it on its thread; a device
   event (kernel, memcpy, memset) belongs to the runtime call with the same ``correlation``;
-- host self time = duration − children's durations − its runtime calls' durations;
-- device self time = its runtime calls' device events; device total adds the children's totals;
+- operator rows are the ``cpu_op`` nodes other than steps, optimizer wrappers and data loading;
+  every other node (``user_annotation``, ``ProfilerStep#N``, ...) is see-through for rows
+  (``docs/definitions.md``, "Operator time accounting"): a row's host self time = its duration −
+  the durations of the rows directly below it (looking through non-row nodes) − the runtime calls
+  that lie inside it and not inside a row below it; its device self time = the device events those
+  runtime calls launched. So an ``nccl:*`` annotation or ``record_function`` range inside an op
+  takes no time from it, and the rows' self times add up to the time spent inside operators;
+  device time launched outside every row is "unattributed" (``device_op_row`` is ROOT);
+- a non-row node's host self time is by plain nesting (duration − children − its runtime calls);
+  its device self time is only what it launched with no row above it;
+- device total adds the children's totals;
 - an op with a single child of the same name is merged with that child (PyTorch's
   ``_remove_dup_nodes``);
 - tensor-core eligible = on the eligible list, or a child is eligible, or it launched a TC kernel.
@@ -21,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profscope.analysis import names as rules
+from profscope.analysis import name_rules
 from profscope.analysis.arrays import lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
@@ -50,6 +59,7 @@ class CallTree:
     device_rows: np.ndarray  # event rows of kernels / memcpy / memset
     device_node: np.ndarray  # launching node per device row (ROOT / UNLINKED otherwise)
     device_runtime: np.ndarray  # launching runtime event row per device row, or NO_ID
+    device_op_row: np.ndarray  # the operator row node a device row's time is attributed to, else ROOT
     dropped: int  # host ops left out because they overlap their parent without nesting
 
 
@@ -65,22 +75,25 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     live = (parent != UNLINKED) & (alias == np.arange(len(host_rows)))
     node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
     runtime_node = _runtime_owners(events, host_rows, parent != UNLINKED, alias, runtime_rows, runtime_enclosing)
+    runtime_inside = lookup(alias, runtime_enclosing, ROOT)  # host time is taken from the op it lies in
     del runtime_enclosing
     device_rows, device_runtime, device_node = _device_launches(events, runtime_rows, runtime_node)
-    sums = _node_sums(
-        tables, host_rows, live, node_parent, is_cpu_op, runtime_rows, runtime_node, device_rows, device_node
-    )
-
-    excluded = rules.string_mask(
+    excluded = name_rules.string_mask(
         tables.strings,
         lambda s: (
-            s in rules.EXCLUDED_OPERATOR_NAMES
-            or rules.is_optimizer(s)
-            or rules.is_profiler_step(s)
-            or rules.is_dataloader(s)
+            s in name_rules.EXCLUDED_OPERATOR_NAMES
+            or name_rules.is_optimizer(s)
+            or name_rules.is_profiler_step(s)
+            or name_rules.is_dataloader(s)
         ),
     )
     is_operator = live & is_cpu_op & ~excluded[np.asarray(events["name"])[host_rows]]
+    live_parent = np.where(live & (node_parent >= 0), node_parent, ROOT)
+    row_owner = _row_owners(live_parent, is_operator)
+    sums = _node_sums(
+        tables, host_rows, live_parent, is_cpu_op, runtime_rows, runtime_inside, device_rows, device_node, row_owner
+    )
+    device_op_row = lookup(row_owner, device_node, ROOT)
     keep = np.flatnonzero(live)
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
     renumber[keep] = np.arange(len(keep))
@@ -102,6 +115,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         device_rows=device_rows,
         device_node=remap(device_node),
         device_runtime=device_runtime,
+        device_op_row=remap(device_op_row),
         dropped=dropped,
     )
 
@@ -166,42 +180,69 @@ def _device_launches(
     return device_rows, lookup(runtime_rows, position, NO_ID), lookup(runtime_node, position, ROOT)
 
 
+def _row_owners(tree_parent: np.ndarray, is_row: np.ndarray) -> np.ndarray:
+    """Per node, the nearest operator row at or above it (ROOT when there is none)."""
+    owner = np.where(is_row, np.arange(len(is_row)), ROOT)
+    depth = _depths(tree_parent)
+    for level in range(1, int(depth.max(initial=0)) + 1):  # parents first, so owners flow down
+        nodes = np.flatnonzero((depth == level) & ~is_row)
+        owner[nodes] = owner[tree_parent[nodes]]
+    return owner
+
+
 def _node_sums(
     tables: TraceTables,
     host_rows: np.ndarray,
-    live: np.ndarray,
-    node_parent: np.ndarray,
+    tree_parent: np.ndarray,
     is_cpu_op: np.ndarray,
     runtime_rows: np.ndarray,
-    runtime_node: np.ndarray,
+    runtime_inside: np.ndarray,
     device_rows: np.ndarray,
     device_node: np.ndarray,
+    row_owner: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Host self/total, device self/total and tensor-core time per node, summed bottom-up."""
+    """Host self/total, device self/total and tensor-core time per node, summed bottom-up.
+
+    Self times of operator rows look through non-row nodes (see the module docstring): a device
+    event is charged to the nearest row at or above its launching node, a runtime call's host time
+    to the nearest row at or above the innermost node it lies in (its ``External id`` op may be an
+    outer one, and taking the call's time from that op as well as the child it lies in made self
+    times negative).
+    """
     events = tables.events
     name, dur = np.asarray(events["name"]), np.asarray(events["dur_ns"])
     count = len(host_rows)
     host_total = dur[host_rows]
     device_dur = dur[device_rows]
-    is_tc_kernel = (np.asarray(events["kind"])[device_rows] == Kind.KERNEL) & rules.string_mask(
-        tables.strings, rules.uses_tensor_cores
+    is_tc_kernel = (np.asarray(events["kind"])[device_rows] == Kind.KERNEL) & name_rules.string_mask(
+        tables.strings, name_rules.uses_tensor_cores
     )[name[device_rows]]
-    launched = device_node >= 0
+    is_row = row_owner == np.arange(count)
 
     def per_node(nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.bincount(nodes, weights=weights, minlength=count).astype(np.int64)
 
-    device_self = per_node(device_node[launched], device_dur[launched])
-    tc_self = per_node(device_node[launched], device_dur[launched] * is_tc_kernel[launched])
-    attached = runtime_node >= 0
-    runtime_time = per_node(runtime_node[attached], dur[runtime_rows][attached])
-    has_live_parent = live & (node_parent >= 0)
-    children_time = per_node(node_parent[has_live_parent], host_total[has_live_parent])
-    eligible_names = rules.string_mask(tables.strings, lambda s: s in rules.TENSOR_CORE_ELIGIBLE_OPS)
+    def charged_to(nodes: np.ndarray) -> np.ndarray:
+        """The node that pays for what ``nodes`` launched: the row above, else the node itself."""
+        owner = row_owner[nodes]
+        return np.where(owner >= 0, owner, nodes)
+
+    launched = device_node >= 0
+    device_payer = charged_to(device_node[launched])
+    device_self = per_node(device_payer, device_dur[launched])
+    tc_self = per_node(device_payer, device_dur[launched] * is_tc_kernel[launched])
+    attached = runtime_inside >= 0
+    runtime_dur = dur[runtime_rows][attached]
+    runtime_time = np.where(
+        is_row,
+        per_node(charged_to(runtime_inside[attached]), runtime_dur),
+        per_node(runtime_inside[attached], runtime_dur),
+    )
+    children_time = _children_time(tree_parent, is_row, row_owner, host_total)
+    eligible_names = name_rules.string_mask(tables.strings, lambda s: s in name_rules.TENSOR_CORE_ELIGIBLE_OPS)
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()
-    tree_parent = np.where(has_live_parent, node_parent, ROOT)
     depth = _depths(tree_parent)
     for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first, so sums flow to the roots
         nodes = np.flatnonzero(depth == level)
@@ -218,6 +259,22 @@ def _node_sums(
         "tc_total": tc_total,
         "tc_eligible": tc_eligible,
     }
+
+
+def _children_time(
+    tree_parent: np.ndarray, is_row: np.ndarray, row_owner: np.ndarray, host_total: np.ndarray
+) -> np.ndarray:
+    """Host time a node gives to what is below it: a row, to the rows nearest below it; any other, to its children."""
+    count = len(tree_parent)
+    has_parent = tree_parent >= 0
+    parent = np.maximum(tree_parent, 0)
+    under_non_row = has_parent & ~is_row[parent]
+    children = np.zeros(count, dtype=np.int64)
+    np.add.at(children, tree_parent[under_non_row], host_total[under_non_row])
+    row_above = np.where(has_parent, row_owner[parent], ROOT)  # the nearest row strictly above
+    row_child = is_row & (row_above >= 0)
+    np.add.at(children, row_above[row_child], host_total[row_child])
+    return children
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:

@@ -1,11 +1,11 @@
 """Distributed view: every rank of a job side by side, built from small per-rank summaries.
 
-Scale (issue #5 item 6): each rank is parsed on its own in the ingest pool, and this module's
-payload ``distributed.rank`` reduces it to a summary of a few kilobytes per collective call. The
-view itself (:func:`build_distributed`) reads only those summaries, never the ranks' events, so a
-64-rank job costs 64 small JSON files at request time.
+Scale (issue #5 item 6): each rank is parsed on its own in the ingest pool, and ``rank_summary.py``
+(the cached query ``distributed.rank``) reduces it to a summary of a few kilobytes per collective
+call. This module, at request time (:func:`build_distributed`), reads only those summaries, never the
+ranks' events, so a 64-rank job costs 64 small JSON files.
 
-Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §2.2, HTA):
+Definitions (``docs/definitions.md`` §6: torch-tb-profiler's Distributed view and HTA):
 
 - **Collective calls** of a rank: on a GPU rank, every communication kernel (NCCL / RCCL / HCCL /
   UCC / MSCCL kernels, custom all-reduce kernels, and any kernel launched by a collective op), plus
@@ -17,7 +17,9 @@ Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §
   ``OverallParser.aggregate``): computation = the union of compute kernels (communication kernels
   excluded) in the step, or, on a rank without kernels, of host ops (other than collectives, data
   loading and steps); communication = the union of the rank's collective calls; overlapping = their
-  intersection; the view shows computation − overlap, overlap, communication − overlap, and other
+  intersection (on a rank without kernels a thread inside a collective is not computing, so the
+  ops around the collective on that thread are not computation then: ``_host_computation``);
+  the view shows computation − overlap, overlap, communication − overlap, and other
   = step − the rest. The plugin also counted the host ``nccl:*`` enqueue ops as communication on
   GPU ranks; here a GPU rank's communication is what runs on the device.
 - **Data transfer vs synchronizing** (torch-tb-profiler's ``_process_distributed_profiles``): the
@@ -32,8 +34,11 @@ Definitions (``anchors.md`` §1.10, torch-tb-profiler's Distributed view, and §
   Ranks are aligned by absolute time (``baseTimeNanoseconds`` + ``ts``, or epoch ``ts``); when a
   rank has no absolute time they are aligned on the end of the calls they share.
 - **HTA analyses** per GPU rank (``hta/analyzers/breakdown_analysis.py``,
-  ``communication_analysis.py``): temporal breakdown over [first device activity, last end]: idle
-  = window − busy, compute = union of compute kernels, non-compute = the rest; idle time per
+  ``communication_analysis.py``; ``docs/definitions.md``, "Temporal breakdown"): device activities
+  without a stream are left out, as HTA does; temporal breakdown, all device activity, over [first
+  device activity, last end]: idle = window − busy, compute = union of compute kernels,
+  non-compute = the rest; the same with HTA's trace filter (only activities launched by a runtime
+  call in the trace before the last step's start) as ``temporal_hta_filter``; idle time per
   stream split into host wait (the launch of the next kernel started after the previous kernel
   ended), kernel wait (otherwise, when the gap is under 30 µs — HTA's ``consecutive_kernel_delay``
   default, compared with µs timestamps) and other; communication–computation overlap ratio =
@@ -45,608 +50,14 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import orjson
 
 from profscope.analysis import intervals
-from profscope.analysis import names as rules
-from profscope.analysis.call_tree import CallTree
-from profscope.analysis.context import TraceContext
-from profscope.analysis.overview import communication_device_rows, track_pids
-from profscope.analysis.payloads import payload
-from profscope.analysis.steps import Steps
-from profscope.tables import HOST_OP_KINDS, NO_ID, Kind, TraceTables
-
-SUMMARY_VERSION = 1
-NS_PER_US = 1000.0
-KERNEL_WAIT_THRESHOLD_NS = 30_000  # HTA consecutive_kernel_delay=30 on µs timestamps
-TOP_KERNELS_PER_TYPE = 5
-MAX_ANCESTORS = 12
-ABSOLUTE_US = 1e14  # timestamps above this are epoch microseconds (after 1973), not relative ones
-
-
-# ================================================================================================
-# Per rank, at ingest
-# ================================================================================================
-@payload("distributed.rank")
-def rank_payload(context: TraceContext) -> dict[str, Any]:
-    return rank_summary(context.tables, context.tree, context.steps)
-
-
-def rank_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str, Any]:
-    """The small summary of one rank that the distributed view is built from."""
-    events = tables.events
-    kind = np.asarray(events["kind"])
-    has_kernels = bool((kind == Kind.KERNEL).any())
-    comm_device = communication_device_rows(tables, tree) & (kind == Kind.KERNEL)
-    groups = _ProcessGroups(tables.meta.get("distributedInfo"))
-    calls = _collective_calls(tables, tree, comm_device, has_kernels, groups)
-    calls["step"] = _step_of(calls["start_ns"], calls["end_ns"], steps)
-    if len(groups.items) == 1:  # gloo:* / old nccl:* ops name no group: the only one there is
-        calls["pg"][calls["pg"] < 0] = 0
-    _number_calls(calls)
-    warnings = list(calls.pop("warnings"))
-    summary = {
-        "version": SUMMARY_VERSION,
-        "identity": _identity(tables),
-        "clock": _clock(tables),
-        "host": _host(tables),
-        "devices": _devices(tables),
-        "mode": "device" if has_kernels else "host",
-        "process_groups": groups.items,
-        "steps": _step_breakdown(tables, tree, steps, comm_device, calls, has_kernels),
-        "collectives": _columns(calls),
-        "hta": _hta(tables, tree, comm_device) if has_kernels else None,
-        "warnings": warnings,
-    }
-    return summary
-
-
-def _identity(tables: TraceTables) -> dict[str, Any]:
-    info = tables.meta.get("distributedInfo") or {}
-    rank = info.get("rank")
-    return {
-        "rank": rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None,
-        "world_size": info.get("world_size") if isinstance(info.get("world_size"), int) else None,
-        "backend": info.get("backend") if isinstance(info.get("backend"), str) else None,
-        "nccl_version": info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
-        "has_distributed_info": bool(info),
-    }
-
-
-def _clock(tables: TraceTables) -> dict[str, Any]:
-    """Absolute time of the trace origin (epoch µs) so ranks can be put on one time axis."""
-    origin_us = float(tables.meta.get("origin_us") or 0.0)
-    base_ns = tables.meta.get("baseTimeNanoseconds")
-    if origin_us > ABSOLUTE_US:
-        return {"origin_us": origin_us, "base_ns": 0, "wall_origin_us": origin_us, "source": "absolute timestamps"}
-    if isinstance(base_ns, int | float) and not isinstance(base_ns, bool) and base_ns > 0:
-        base_ns = int(base_ns)  # kept apart from origin_us: their float sum would round to 0.25 µs
-        return {
-            "origin_us": origin_us,
-            "base_ns": base_ns,
-            "wall_origin_us": base_ns / 1000.0 + origin_us,
-            "source": "baseTimeNanoseconds",
-        }
-    return {"origin_us": origin_us, "base_ns": None, "wall_origin_us": None, "source": None}
-
-
-def _host(tables: TraceTables) -> dict[str, Any]:
-    other = tables.meta.get("other") or {}
-    hostname = next((other[k] for k in ("host_name", "hostname", "hostName") if isinstance(other.get(k), str)), None)
-    kind = np.asarray(tables.events["kind"])
-    host_rows = np.isin(kind, HOST_OP_KINDS)
-    pid = None
-    if host_rows.any():
-        counts = np.bincount(np.asarray(tables.events["track"])[host_rows], minlength=len(tables.tracks))
-        pid = tables.tracks[int(counts.argmax())].pid
-    return {"hostname": hostname, "pid": pid}
-
-
-def _devices(tables: TraceTables) -> list[dict[str, Any]]:
-    """GPUs that ran kernels, with the trace's ``deviceProperties``."""
-    kernels = tables.table("kernels")
-    kind = np.asarray(tables.events["kind"])
-    rows = np.asarray(kernels["event"])
-    on_kernel = kind[rows] == Kind.KERNEL
-    if not on_kernel.any():
-        return []
-    device = np.asarray(kernels["device"])[on_kernel]
-    device = np.where(device >= 0, device, track_pids(tables)[np.asarray(tables.events["track"])[rows[on_kernel]]])
-    properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
-    found = []
-    for gpu in sorted(set(device.tolist())):
-        props = properties.get(gpu, {})
-        major, minor = props.get("computeMajor"), props.get("computeMinor")
-        found.append(
-            {
-                "id": int(gpu),
-                "name": props.get("name"),
-                "memory_bytes": props.get("totalGlobalMem"),
-                "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
-            }
-        )
-    return found
-
-
-class _ProcessGroups:
-    """Process groups of a rank: ``distributedInfo.pg_config`` plus any named by a collective's args."""
-
-    def __init__(self, info: dict[str, Any] | None) -> None:
-        self.items: list[dict[str, Any]] = []
-        self._index: dict[tuple[str, str], int] = {}
-        for config in (info or {}).get("pg_config") or []:
-            if isinstance(config, dict):
-                ranks = config.get("ranks")
-                self.add(
-                    str(config.get("pg_name", "")),
-                    str(config.get("pg_desc", "") or ""),
-                    ranks if isinstance(ranks, list) else None,
-                    backend=config.get("backend_config"),
-                )
-
-    def add(self, name: str, desc: str, ranks: list[int] | None, backend: Any = None) -> int:
-        key = (name, json.dumps(ranks))
-        found = self._index.get(key)
-        if found is None:
-            found = self._index.get((name, "null")) if ranks is not None else None
-        if found is not None:
-            if desc and not self.items[found]["desc"]:
-                self.items[found]["desc"] = desc
-            return found
-        self._index[key] = len(self.items)
-        self.items.append(
-            {
-                "name": name,
-                "desc": desc,
-                "ranks": ranks,
-                "size": len(ranks) if ranks is not None else None,
-                "backend": backend if isinstance(backend, str) else None,
-            }
-        )
-        return len(self.items) - 1
-
-
-def _parse_ranks(text: str) -> list[int] | None:
-    """``Process Group Ranks`` is a JSON list, often written as a string holding one."""
-    value: Any = text
-    for _ in range(3):
-        if isinstance(value, list):
-            try:
-                return [int(v) for v in value]
-            except (TypeError, ValueError):
-                return None
-        if not isinstance(value, str) or not value:
-            return None
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _collective_calls(
-    tables: TraceTables, tree: CallTree, comm_device: np.ndarray, has_kernels: bool, groups: _ProcessGroups
-) -> dict[str, Any]:
-    """One record per collective call (see the module docstring), in start order."""
-    events = tables.events
-    strings = tables.strings
-    kind = np.asarray(events["kind"])
-    name = np.asarray(events["name"])
-    ts = np.asarray(events["ts_ns"])
-    dur = np.asarray(events["dur_ns"])
-    host = np.isin(kind, HOST_OP_KINDS)
-    backend_name = rules.string_mask(strings, rules.is_backend_comm_op)
-    if has_kernels:
-        gloo_name = rules.string_mask(strings, lambda s: s.startswith("gloo:"))
-        host_calls = np.flatnonzero(host & gloo_name[name])
-    else:
-        host_calls = np.flatnonzero(host & backend_name[name])
-    kernel_calls = np.flatnonzero(comm_device)
-    rows = np.concatenate([kernel_calls, host_calls])
-    on_device = np.concatenate([np.ones(len(kernel_calls), bool), np.zeros(len(host_calls), bool)])
-    order = np.lexsort((rows, ts[rows]))
-    rows, on_device = rows[order], on_device[order]
-
-    resolver = _CallResolver(tables, tree, groups)
-    records = [
-        resolver.resolve(int(row), bool(device)) for row, device in zip(rows.tolist(), on_device.tolist(), strict=True)
-    ]
-    kernels = tables.table("kernels")
-    kernel_event = np.asarray(kernels["event"])
-    stream_of = np.full(len(rows), -1, dtype=np.int64)
-    if len(rows) and len(kernel_event):
-        position = np.minimum(np.searchsorted(kernel_event, rows), len(kernel_event) - 1)
-        found = kernel_event[position] == rows
-        stream_of[found] = np.asarray(kernels["stream"])[position[found]]
-    warnings = _kernelless_collectives(tables, host & backend_name[name], comm_device) if has_kernels else []
-    unlinked = sum(1 for r in records if r["linked"] is False)
-    if unlinked:
-        warnings.append(
-            f"{unlinked} communication kernel(s) could not be linked to the op that launched them: "
-            "their process group and size are unknown."
-        )
-    return {
-        "name": [r["name"] for r in records],
-        "kind": [r["kind"] for r in records],
-        "pg": np.array([r["pg"] for r in records], dtype=np.int64),
-        "seq": np.array([r["seq"] for r in records], dtype=np.int64),
-        "bytes": np.array([r["bytes"] for r in records], dtype=np.int64),
-        "out_bytes": np.array([r["out_bytes"] for r in records], dtype=np.int64),
-        "dtype": [r["dtype"] for r in records],
-        "start_ns": ts[rows],
-        "end_ns": ts[rows] + dur[rows],
-        "event": rows,
-        "stream": stream_of,
-        "on_device": on_device,
-        "warnings": warnings,
-    }
-
-
-def _kernelless_collectives(tables: TraceTables, backend_ops: np.ndarray, comm_device: np.ndarray) -> list[str]:
-    """On a GPU rank the calls are its communication kernels: say so when its ``nccl:*`` ops launched none
-    (a one-rank group needs no transfer, or the kernels were not captured), rather than show 0 calls unexplained."""
-    if comm_device.any() or not backend_ops.any():
-        return []
-    names = np.asarray(tables.events["name"])[backend_ops]
-    unique, counts = np.unique(names, return_counts=True)
-    listed = ", ".join(
-        f"{tables.strings[int(n)]} \u00d7{c}" for n, c in zip(unique.tolist(), counts.tolist(), strict=True)
-    )
-    return [
-        f"{int(backend_ops.sum())} collective op(s) ({listed}) launched no communication kernel on this GPU rank "
-        "(a one-rank process group transfers nothing; otherwise the kernels were not captured): no collective "
-        "call to time or match."
-    ]
-
-
-class _CallResolver:
-    """Name, process group, sequence number and size of one collective call."""
-
-    def __init__(self, tables: TraceTables, tree: CallTree, groups: _ProcessGroups) -> None:
-        self.tables = tables
-        self.tree = tree
-        self.groups = groups
-        self.strings = tables.strings
-        self.name = np.asarray(tables.events["name"])
-        collectives = tables.table("collectives")
-        self.coll_event = np.asarray(collectives["event"])
-        self.coll = {column: np.asarray(values) for column, values in collectives.items()}
-        ops = tables.table("ops")
-        self.op_event = np.asarray(ops["event"])
-        self.op_dims = np.asarray(ops["input_dims"])
-        self.op_types = np.asarray(ops["input_types"])
-        self.device_position = {int(r): i for i, r in enumerate(np.asarray(tree.device_rows).tolist())}
-        self.node_of_event: dict[int, int] | None = None
-        self._pg_cache: dict[tuple[int, int, int], int] = {}
-
-    def _row_in(self, sorted_events: np.ndarray, row: int) -> int:
-        if len(sorted_events) == 0:
-            return NO_ID
-        position = int(np.searchsorted(sorted_events, row))
-        return position if position < len(sorted_events) and int(sorted_events[position]) == row else NO_ID
-
-    def _ancestors(self, row: int, on_device: bool) -> list[int]:
-        """Event rows of the ops enclosing / launching this call, innermost first."""
-        tree = self.tree
-        if on_device:
-            position = self.device_position.get(row)
-            node = int(tree.device_node[position]) if position is not None else -1
-        else:
-            if self.node_of_event is None:
-                self.node_of_event = {int(e): i for i, e in enumerate(np.asarray(tree.node_event).tolist())}
-            node = self.node_of_event.get(row, -1)
-            node = int(tree.parent[node]) if node >= 0 else -1
-        chain = []
-        while node >= 0 and len(chain) < MAX_ANCESTORS:
-            chain.append(int(tree.node_event[node]))
-            node = int(tree.parent[node])
-        return chain
-
-    def resolve(self, row: int, on_device: bool) -> dict[str, Any]:
-        strings = self.strings
-        chain = [row, *self._ancestors(row, on_device)]
-        coll_rows = [c for c in (self._row_in(self.coll_event, r) for r in chain) if c != NO_ID]
-        backend_op = next((r for r in chain if rules.is_backend_comm_op(strings[int(self.name[r])])), None)
-        c10d_op = next((r for r in chain[1:] if strings[int(self.name[r])].startswith("c10d::")), None)
-        coll = self.coll
-
-        def first(column: str, missing: Any = NO_ID) -> Any:
-            for c in coll_rows:
-                value = int(coll[column][c])
-                if value != NO_ID:
-                    return value
-            return missing
-
-        collective_name = strings[first("collective_name")] if coll_rows else ""
-        if backend_op is not None:
-            display = strings[int(self.name[backend_op])]
-        elif collective_name:
-            display = collective_name
-        elif c10d_op is not None:
-            display = strings[int(self.name[c10d_op])]
-        else:
-            display = _short_kernel_name(strings[int(self.name[row])])
-        kind = rules.collective_kind(collective_name or display)
-        if kind == "other" and on_device:
-            kind = rules.collective_kind(strings[int(self.name[row])])
-        dtype_id = first("dtype")
-        dtype = strings[dtype_id] if dtype_id != NO_ID else None
-        element = rules.DTYPE_BYTES.get(dtype or "", 0)
-        in_nelems, out_nelems = first("in_nelems"), first("out_nelems")
-        size = in_nelems * element if in_nelems >= 0 and element else -1
-        out_size = out_nelems * element if out_nelems >= 0 and element else -1
-        if size < 0:
-            size_op = backend_op if backend_op is not None else (row if not on_device else None)
-            if size_op is not None:
-                size = self._input_bytes(size_op)
-        return {
-            "name": display,
-            "kind": kind,
-            "pg": self._group(first("pg_name"), first("pg_desc"), first("pg_ranks")) if coll_rows else -1,
-            "seq": first("seq"),
-            "bytes": size,
-            "out_bytes": out_size,
-            "dtype": dtype,
-            "linked": (len(chain) > 1 or bool(coll_rows)) if on_device else None,
-        }
-
-    def _group(self, name_id: int, desc_id: int, ranks_id: int) -> int:
-        key = (name_id, desc_id, ranks_id)
-        found = self._pg_cache.get(key)
-        if found is None:
-            strings = self.strings
-            if name_id == NO_ID and ranks_id == NO_ID:
-                found = -1
-            else:
-                found = self.groups.add(
-                    strings[name_id], strings[desc_id], _parse_ranks(strings[ranks_id]) if ranks_id != NO_ID else None
-                )
-            self._pg_cache[key] = found
-        return found
-
-    def _input_bytes(self, row: int) -> int:
-        """Σ over inputs of Π ``Input Dims`` × bytes of ``Input type`` (torch-tb-profiler's size)."""
-        op = self._row_in(self.op_event, row)
-        if op == NO_ID or self.op_dims[op] == NO_ID:
-            return -1
-        try:
-            dims = json.loads(self.strings[int(self.op_dims[op])])
-            types = json.loads(self.strings[int(self.op_types[op])]) if self.op_types[op] != NO_ID else []
-        except ValueError:
-            return -1
-        total = 0
-        for shape, type_name in zip(dims, types, strict=False):
-            if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
-                continue
-            total += int(np.prod(shape, dtype=np.int64)) * rules.DTYPE_BYTES.get(str(type_name), 0)
-        return total
-
-
-def _short_kernel_name(kernel: str) -> str:
-    text = kernel.replace("(anonymous namespace)", "")
-    text = text.split("(", 1)[0].split("<", 1)[0].strip()
-    return text.rsplit(" ", 1)[-1].lstrip(":") or kernel[:80]
-
-
-def _step_of(start: np.ndarray, end: np.ndarray, steps: Steps) -> np.ndarray:
-    """Index of the step that holds the whole call (torch-tb-profiler's rule), else -1."""
-    if len(start) == 0:
-        return np.zeros(0, dtype=np.int64)
-    candidate = np.searchsorted(steps.starts_ns, start, side="right") - 1
-    safe = np.maximum(candidate, 0)
-    inside = (candidate >= 0) & (end <= steps.ends_ns[safe]) & (start >= steps.starts_ns[safe])
-    return np.where(inside, candidate, -1).astype(np.int64)
-
-
-def _number_calls(calls: dict[str, Any]) -> None:
-    """Matching keys: with ``Seq``, (group, seq) and the call's position among equal keys;
-    without, (group, type) and the call's position among those (calls are in start order)."""
-    count = len(calls["start_ns"])
-    order = np.zeros(count, dtype=np.int64)
-    sub = np.zeros(count, dtype=np.int64)
-    seen: dict[tuple, int] = defaultdict(int)
-    for i in range(count):
-        pg, seq = int(calls["pg"][i]), int(calls["seq"][i])
-        if seq >= 0:
-            key: tuple = ("s", pg, seq)
-            sub[i] = seen[key]
-            order[i] = seq
-        else:
-            key = ("o", pg, calls["kind"][i])
-            order[i] = seen[key]
-        seen[key] += 1
-    calls["order"] = order
-    calls["sub"] = sub
-
-
-def _columns(calls: dict[str, Any]) -> dict[str, Any]:
-    """Columnar JSON: strings as indexes into small lists, numbers as arrays."""
-    out: dict[str, Any] = {}
-    for column in ("name", "kind", "dtype"):
-        values = calls[column]
-        table: dict[Any, int] = {}
-        out[column] = [table.setdefault(v, len(table)) if v is not None else -1 for v in values]
-        out[f"{column}s"] = list(table)
-    for column in ("pg", "seq", "order", "sub", "bytes", "out_bytes", "start_ns", "end_ns", "event", "stream", "step"):
-        out[column] = np.asarray(calls[column], dtype=np.int64)
-    out["on_device"] = np.asarray(calls["on_device"], dtype=bool)
-    return out
-
-
-def _step_breakdown(
-    tables: TraceTables,
-    tree: CallTree,
-    steps: Steps,
-    comm_device: np.ndarray,
-    calls: dict[str, Any],
-    has_kernels: bool,
-) -> list[dict[str, Any]]:
-    """torch-tb-profiler's Computation / Overlapping / Communication / Other per step."""
-    events = tables.events
-    kind = np.asarray(events["kind"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
-    if has_kernels:
-        compute = (kind == Kind.KERNEL) & ~comm_device
-    else:
-        name = np.asarray(events["name"])
-        excluded = rules.string_mask(
-            tables.strings, lambda s: rules.is_comm_op(s) or rules.is_dataloader(s) or rules.is_profiler_step(s)
-        )
-        compute = np.isin(kind, HOST_OP_KINDS) & ~excluded[name]
-    computation = intervals.merge(ts[compute], end[compute])
-    communication = intervals.merge(calls["start_ns"], calls["end_ns"])
-    overlap = intervals.intersect(computation, communication)
-    starts, ends = steps.starts_ns, steps.ends_ns
-    comp = intervals.total_within(computation, starts, ends)
-    comm = intervals.total_within(communication, starts, ends)
-    both = intervals.total_within(overlap, starts, ends)
-    rows = []
-    for i, step_name in enumerate(steps.names):
-        total = int(ends[i] - starts[i])
-        rows.append(
-            {
-                "name": step_name,
-                "start_ns": int(starts[i]),
-                "end_ns": int(ends[i]),
-                "computation_ns": int(comp[i] - both[i]),
-                "overlapping_ns": int(both[i]),
-                "communication_ns": int(comm[i] - both[i]),
-                "other_ns": int(total + both[i] - comp[i] - comm[i]),
-            }
-        )
-    return rows
-
-
-def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[str, Any]:
-    """HTA's temporal, idle-time, overlap and kernel-type breakdowns of one GPU rank."""
-    events = tables.events
-    kind = np.asarray(events["kind"])
-    name = np.asarray(events["name"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
-    device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
-    dma = rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
-    is_mem = device & (np.isin(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
-    is_comm = device & comm_device & ~is_mem
-    is_comp = device & ~is_mem & ~is_comm
-    busy = intervals.merge(ts[device], end[device])
-    comp = intervals.merge(ts[is_comp], end[is_comp])
-    comm = intervals.merge(ts[is_comm], end[is_comm])
-    window = int(busy[1][-1] - busy[0][0]) if len(busy[0]) else 0
-    idle = window - intervals.total(busy)
-    compute = intervals.total(comp)
-    comm_total = intervals.total(comm)
-    types = {}
-    for label, mask in (("COMM", is_comm), ("COMP", is_comp), ("MEM", is_mem)):
-        types[label] = {
-            "time_ns": int((end[mask] - ts[mask]).sum()),
-            "count": int(mask.sum()),
-            "top": _top(tables, mask),
-        }
-    return {
-        "temporal": {
-            "window_ns": window,
-            "idle_ns": int(idle),
-            "compute_ns": int(compute),
-            "non_compute_ns": int(window - compute - idle),
-        },
-        "idle": _idle_breakdown(tables, tree),
-        "comm_comp_overlap_ratio": intervals.total(intervals.intersect(comm, comp)) / comm_total
-        if comm_total
-        else None,
-        "kernel_types": types,
-    }
-
-
-def _top(tables: TraceTables, mask: np.ndarray) -> list[dict[str, Any]]:
-    rows = np.flatnonzero(mask)
-    if not len(rows):
-        return []
-    name = np.asarray(tables.events["name"])[rows]
-    dur = np.asarray(tables.events["dur_ns"])[rows]
-    unique, inverse = np.unique(name, return_inverse=True)
-    total = np.bincount(inverse, weights=dur)
-    count = np.bincount(inverse)
-    low = np.full(len(unique), np.iinfo(np.int64).max)
-    high = np.zeros(len(unique), dtype=np.int64)
-    np.minimum.at(low, inverse, dur)
-    np.maximum.at(high, inverse, dur)
-    best = np.argsort(-total, kind="stable")[:TOP_KERNELS_PER_TYPE]
-    return [
-        {
-            "name": tables.strings[int(unique[i])],
-            "count": int(count[i]),
-            "total_ns": int(total[i]),
-            "mean_ns": float(total[i] / count[i]),
-            "min_ns": int(low[i]),
-            "max_ns": int(high[i]),
-        }
-        for i in best.tolist()
-    ]
-
-
-def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
-    """Per stream, each gap before a device activity: host wait / kernel wait / other (HTA)."""
-    kernels = tables.table("kernels")
-    events = tables.events
-    rows = np.asarray(kernels["event"])
-    stream = np.asarray(kernels["stream"])
-    device_arg = np.asarray(kernels["device"])
-    ts = np.asarray(events["ts_ns"])[rows]
-    end = ts + np.asarray(events["dur_ns"])[rows]
-    runtime_start = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
-    position = {int(r): i for i, r in enumerate(np.asarray(tree.device_rows).tolist())}
-    launch = np.array([position.get(int(r), -1) for r in rows.tolist()], dtype=np.int64)
-    has_launch = launch >= 0
-    runtime_rows = np.asarray(tree.device_runtime)[launch[has_launch]]
-    linked = runtime_rows >= 0
-    starts = np.full(int(has_launch.sum()), np.iinfo(np.int64).min, dtype=np.int64)
-    starts[linked] = np.asarray(events["ts_ns"])[runtime_rows[linked]]
-    runtime_start[has_launch] = starts
-    order = np.lexsort((ts, stream, device_arg))
-    ts, end, stream, device_arg, runtime_start = (
-        ts[order],
-        end[order],
-        stream[order],
-        device_arg[order],
-        runtime_start[order],
-    )
-    same = np.zeros(len(ts), dtype=bool)
-    same[1:] = (stream[1:] == stream[:-1]) & (device_arg[1:] == device_arg[:-1])
-    # end of everything before each activity on its stream (HTA: the previous kernel's end)
-    group_start = np.flatnonzero(~same)
-    prev_end = np.zeros(len(ts), dtype=np.int64)
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
-        if b - a > 1:
-            prev_end[a + 1 : b] = np.maximum.accumulate(end[a : b - 1])
-    gap = np.where(same, np.clip(ts - prev_end, 0, None), 0)
-    host_wait = same & (runtime_start > prev_end)
-    kernel_wait = same & ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_NS)
-    other = same & ~host_wait & ~kernel_wait
-    per_stream = []
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
-        piece = slice(a, b)
-        per_stream.append(
-            {
-                "device": int(device_arg[a]),
-                "stream": int(stream[a]),
-                "host_wait_ns": int(gap[piece][host_wait[piece]].sum()),
-                "kernel_wait_ns": int(gap[piece][kernel_wait[piece]].sum()),
-                "other_ns": int(gap[piece][other[piece]].sum()),
-            }
-        )
-    return {
-        "host_wait_ns": int(gap[host_wait].sum()),
-        "kernel_wait_ns": int(gap[kernel_wait].sum()),
-        "other_ns": int(gap[other].sum()),
-        "streams": per_stream,
-        "kernel_wait_threshold_ns": KERNEL_WAIT_THRESHOLD_NS,
-    }
-
+from profscope.analysis.rank_summary import NS_PER_US, SUMMARY_VERSION
 
 # ================================================================================================
 # All ranks, at request time: from the summaries only
@@ -680,6 +91,39 @@ def rank_from_name(worker: str) -> int | None:
     """``rank3``, ``worker3``, ``rank3_dp0_tp1_pp0``, ``sampled_rank-1`` -> the number."""
     found = _RANK_IN_NAME.search(worker)
     return int(found.group(1)) if found else None
+
+
+def not_ranks_of_one_job(workers: list[str], infos: Callable[[], list[dict[str, Any] | None]]) -> str | None:
+    """Why a run's traces are not the ranks of one distributed job, or None when they are
+    (``docs/definitions.md``, "Ranks of one job"). ``infos()``: each worker's ``distributedInfo``
+    (None when its trace has none or is not parsed yet), read only when the names do not decide.
+
+    A distinct rank number in every worker's name (rank3, worker3, sampled_rank-1) makes ranks of
+    one job. Else distributedInfo decides: one trace of a job with world size > 1 is a rank, and
+    traces whose distributedInfo ranks are distinct are ranks of one job. Anything else (one plain
+    trace; several traces with no rank, or the same rank) is unrelated traces.
+    """
+    named = [rank_from_name(worker) for worker in workers]
+    if len(workers) > 1 and None not in named and len(set(named)) == len(named):
+        return None
+    recorded_infos = [info for info in infos() if isinstance(info, dict) and info.get("rank") is not None]
+    recorded = [info["rank"] for info in recorded_infos]
+    if len(set(recorded)) < len(recorded):
+        return (f"{len(recorded)} traces record the same distributedInfo rank ({recorded[0]}): "
+                "they are separate jobs, not ranks of one job")  # fmt: skip
+    if len(recorded) > 1 or _world_size(recorded_infos) > 1:
+        return None
+    if recorded:
+        return "its trace records distributedInfo with a world size of 1: a single-process job"
+    if len(workers) == 1:
+        return "it has one trace and no distributedInfo: profile a torch.distributed job to compare its ranks"
+    return (f"its {len(workers)} traces record no distributedInfo and their names carry no distinct rank "
+            "number (rank0, worker1 ...): they are taken as unrelated traces, not ranks of one job")  # fmt: skip
+
+
+def _world_size(infos: list[dict[str, Any] | None]) -> int:
+    sizes = [int(info.get("world_size") or 1) for info in infos if isinstance(info, dict)]
+    return max(sizes, default=1)
 
 
 def parallel_dims_from_name(worker: str) -> dict[str, int]:
@@ -723,7 +167,7 @@ def build_distributed(inputs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _step_sort_key(name: str) -> tuple:
-    return (0, int(name), name) if name.isdigit() else (1, 0, name)
+    return (0, int(name), name) if name.isascii() and name.isdigit() else (1, 0, name)
 
 
 def _assign_ranks(inputs: list[dict[str, Any]], warnings: list[str]) -> list[dict[str, Any]]:
@@ -815,10 +259,11 @@ def _flatten_calls(ready: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         parts["bytes"].append(np.asarray(table["bytes"], dtype=np.int64))
         parts["step"].append(np.asarray(table["step"], dtype=np.int64))
         parts["name_local"].append(np.asarray(table["name"], dtype=np.int64))
+        parts["event"].append(np.asarray(table["event"], dtype=np.int64))
     calls = {key: np.concatenate(values) if values else np.zeros(0, np.int64) for key, values in parts.items()}
     if not ready:
         calls = {key: np.zeros(0, np.int64) for key in ("rank", "pg", "pg_local", "by_seq", "kind", "kind_key",
-                 "order", "sub", "start_ns", "end_ns", "bytes", "step", "name_local")}  # fmt: skip
+                 "order", "sub", "start_ns", "end_ns", "bytes", "step", "name_local", "event")}  # fmt: skip
     calls["kind_names"] = np.array(list(kind_codes) or [""], dtype=object)
     calls["pg_names"] = np.array(list(pg_codes) or [""], dtype=object)
     keys = np.stack([calls["pg"], calls["by_seq"], calls["kind_key"], calls["order"], calls["sub"]], axis=1)
@@ -1030,10 +475,11 @@ def _rank_row(rank: dict[str, Any], calls: dict[str, np.ndarray], matched: dict[
 def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
     if not hta:
         return None
-    temporal = {k.replace("_ns", "_us"): v / NS_PER_US for k, v in hta["temporal"].items()}
     idle = hta["idle"]
     return {
-        "temporal": temporal,
+        "temporal": _us_keys(hta["temporal"]),
+        "temporal_hta_filter": _us_keys(hta["temporal_hta_filter"]),
+        "activities_without_stream": hta["activities_without_stream"],
         "idle": {
             "host_wait_us": idle["host_wait_ns"] / NS_PER_US,
             "kernel_wait_us": idle["kernel_wait_ns"] / NS_PER_US,
@@ -1070,6 +516,10 @@ def _hta_us(hta: dict[str, Any] | None) -> dict[str, Any] | None:
             for label, value in hta["kernel_types"].items()
         },
     }
+
+
+def _us_keys(values_ns: dict[str, int]) -> dict[str, float]:
+    return {k.replace("_ns", "_us"): v / NS_PER_US for k, v in values_ns.items()}
 
 
 def _call_name(ready: list[dict[str, Any]], calls: dict[str, np.ndarray], index: int) -> str:
@@ -1276,6 +726,7 @@ def _collective_row(
         "arrivals": arrivals,
         "trace": {
             "workers": workers,
+            "event": int(calls["event"][last_index]),  # the late rank's call: the page selects it
             "start_us": window_start - pad - lead.get("offset_us", 0.0),
             "end_us": window_end + pad - lead.get("offset_us", 0.0),
         },

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis import names as rules
+from profscope.analysis import name_rules
 from profscope.analysis.arrays import group_ids, lookup
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
@@ -70,7 +70,7 @@ def kernel_rows(tables: TraceTables, tree: CallTree, group_by: str = "kernel") -
     weighted_blocks = np.bincount(group, weights=blocks_per_sm * duration, minlength=count)
     weighted_occupancy = np.bincount(group, weights=occupancy * duration, minlength=count)
     any_eligible = np.bincount(group, weights=op_eligible.astype(float), minlength=count) > 0
-    tc_name = rules.string_mask(tables.strings, rules.uses_tensor_cores)
+    tc_name = name_rules.string_mask(tables.strings, name_rules.uses_tensor_cores)
     out = []
     for i in range(count):
         kernel_name = tables.strings[int(unique_keys[i, 0])]
@@ -113,13 +113,13 @@ def tensor_core_split(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {"using_us": used, "not_using_us": total - used}
 
 
-@payload("kernels.kernel")
+@payload("kernels.kernel", version=2)
 def kernels_by_name(context: TraceContext) -> dict[str, Any]:
     rows = kernel_rows(context.tables, context.tree, "kernel")
     return {"group_by": "kernel", "rows": rows, "tensor_cores": tensor_core_split(rows)}
 
 
-@payload("kernels.kernel_op")
+@payload("kernels.kernel_op", version=2)
 def kernels_by_launch(context: TraceContext) -> dict[str, Any]:
     rows = kernel_rows(context.tables, context.tree, "kernel_op")
     return {"group_by": "kernel_op", "rows": rows, "tensor_cores": tensor_core_split(rows)}

@@ -1,4 +1,4 @@
-"""Profiler memory view: the ``[memory]`` events of a trace (``profile_memory=True``), anchors.md §1.8.
+"""Profiler memory view: the ``[memory]`` events of a trace (``profile_memory=True``), docs/definitions.md §5.
 
 Definitions (torch-tb-profiler's ``memory_parser.py`` / ``run.py``):
 - devices: ``CPU`` (Device Type 0) and ``GPU<id>`` (Device Type 1);

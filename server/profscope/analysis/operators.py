@@ -10,7 +10,7 @@ from profscope.analysis.arrays import group_ids
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
-from profscope.tables import NO_ID, TraceTables
+from profscope.tables import DEVICE_KINDS, NO_ID, TraceTables
 
 GROUPINGS = ("operator", "operator_input_shape")
 NS_PER_US = 1000.0
@@ -84,14 +84,55 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     return rows
 
 
-@payload("operators.operator")
+def time_accounting(tables: TraceTables, tree: CallTree) -> dict[str, float]:
+    """Where the Operator view's time comes from, so its rows can be checked to add up.
+
+    ``docs/definitions.md``, "Operator time accounting": host self time summed over the rows plus
+    the runtime calls made inside operators is the host time spent inside operators (the union
+    of the rows' ranges on each thread); device self time summed over the rows plus the device
+    time no operator launched (``device_unattributed_us``) is all kernel, memcpy and memset time.
+    """
+    rows = tree.is_operator
+    top_rows = rows & ~_has_row_above(tree)
+    in_operators_ns = int(tree.host_total_ns[top_rows].sum())
+    host_self_ns = int(tree.host_self_ns[rows].sum())
+    device_ns = np.asarray(tables.events["dur_ns"])[tree.device_rows]
+    kinds = np.asarray(tables.events["kind"])[tree.device_rows]
+    unattributed = tree.device_op_row < 0
+    return {
+        "host_in_operators_us": in_operators_ns / NS_PER_US,
+        "host_self_us": host_self_ns / NS_PER_US,
+        "host_runtime_in_operators_us": (in_operators_ns - host_self_ns) / NS_PER_US,
+        "device_self_us": int(tree.device_self_ns[rows].sum()) / NS_PER_US,
+        "device_unattributed_us": int(device_ns[unattributed].sum()) / NS_PER_US,
+        "device_total_us": int(device_ns[np.isin(kinds, DEVICE_KINDS)].sum()) / NS_PER_US,
+    }
+
+
+def _has_row_above(tree: CallTree) -> np.ndarray:
+    """Per node: some ancestor is an operator row."""
+    above = np.zeros(len(tree.parent), dtype=bool)
+    ancestor = tree.parent.copy()
+    while (ancestor >= 0).any():
+        climbing = ancestor >= 0
+        above[climbing] |= tree.is_operator[ancestor[climbing]]
+        ancestor[climbing] = tree.parent[ancestor[climbing]]
+    return above
+
+
+@payload("operators.operator", version=2)
 def operators_by_name(context: TraceContext) -> dict[str, Any]:
-    return {"group_by": "operator", "rows": operator_rows(context.tables, context.tree, "operator")}
+    return {
+        "group_by": "operator",
+        "rows": operator_rows(context.tables, context.tree, "operator"),
+        "accounting": time_accounting(context.tables, context.tree),
+    }
 
 
-@payload("operators.operator_input_shape")
+@payload("operators.operator_input_shape", version=2)
 def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
     return {
         "group_by": "operator_input_shape",
         "rows": operator_rows(context.tables, context.tree, "operator_input_shape"),
+        "accounting": time_accounting(context.tables, context.tree),
     }

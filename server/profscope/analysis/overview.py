@@ -1,8 +1,11 @@
-"""Overview: step time breakdown, GPU summary and recommendations (``anchors.md`` §1.4).
+"""Overview: step time breakdown, GPU summary and recommendations (``docs/definitions.md`` §2).
 
 Step time breakdown: every nanosecond of a step is counted once, by the highest-priority category
 active then — Kernel, Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec — and what no
 category covers is Other, so a step's categories sum to its duration.
+
+CPU Exec counts host operators and ``user_annotation`` ranges alike (``docs/definitions.md``, "CPU
+Exec"), as torch-tb-profiler does with kineto's current categories.
 """
 
 from __future__ import annotations
@@ -11,10 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis import intervals
-from profscope.analysis import names as rules
+from profscope.analysis import intervals, name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
+from profscope.analysis.device_activity import (
+    UNDESCRIBED,
+    busy_by_device,
+    communication_device_rows,
+    device_descriptions,
+    device_kernels,
+)
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps
 from profscope.tables import Kind, TraceTables
@@ -32,9 +41,9 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     name = np.asarray(events["name"])
     strings = tables.strings
     comm_kernel = communication_device_rows(tables, tree)
-    comm_op_name = rules.string_mask(strings, rules.is_comm_op)
-    dataloader_name = rules.string_mask(strings, rules.is_dataloader)
-    step_name = rules.string_mask(strings, rules.is_profiler_step)
+    comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
+    dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
+    step_name = name_rules.string_mask(strings, name_rules.is_profiler_step)
     host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
     masks = {
@@ -47,30 +56,6 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
         "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
     return {category: intervals.merge(ts[mask], end[mask]) for category, mask in masks.items()}
-
-
-def communication_device_rows(tables: TraceTables, tree: CallTree) -> np.ndarray:
-    """Boolean per event: a device event that is communication.
-
-    A kernel is communication when its name is a collective kernel (NCCL/RCCL/...), when the op
-    that launched it is a collective, or when its ``External id`` is a collective op's (old
-    traces; torch 2.0.1 wrote the correlation id there instead, which the launch link covers).
-    """
-    events = tables.events
-    name = np.asarray(events["name"])
-    is_comm = np.zeros(len(name), dtype=bool)
-    kernel_name = rules.string_mask(tables.strings, rules.is_comm_kernel)
-    comm_op_name = rules.string_mask(tables.strings, rules.is_comm_op)
-    rows = tree.device_rows
-    is_comm[rows] = kernel_name[name[rows]]
-    launched = tree.device_node >= 0
-    launching_names = name[tree.node_event[tree.device_node[launched]]]
-    is_comm[rows[launched]] |= comm_op_name[launching_names]
-    external = np.asarray(events["external_id"])
-    comm_externals = np.unique(external[comm_op_name[name] & (external >= 0)])
-    if len(comm_externals):
-        is_comm[rows] |= np.isin(external[rows], comm_externals)
-    return is_comm
 
 
 def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
@@ -106,26 +91,23 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
     """Per GPU: utilization, est. SM efficiency, est. achieved occupancy, tensor-core kernel time."""
     kernels = tables.table("kernels")
     events = tables.events
-    kind = np.asarray(events["kind"])
-    kernel_event = np.asarray(kernels["event"])
-    is_kernel = kind[kernel_event] == Kind.KERNEL
-    if not is_kernel.any():
+    on_gpu = device_kernels(tables)
+    if not len(on_gpu.event):
         return []
-    rows = kernel_event[is_kernel]
-    device = _device_ids(tables, np.asarray(kernels["device"])[is_kernel], rows)
+    rows, device = on_gpu.event, on_gpu.device
     ts = np.asarray(events["ts_ns"])[rows]
     end = ts + np.asarray(events["dur_ns"])[rows]
-    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[is_kernel]
-    occupancy = np.asarray(kernels["est_occupancy_pct"])[is_kernel]
-    tc_name = rules.string_mask(tables.strings, rules.uses_tensor_cores)
+    blocks_per_sm = np.asarray(kernels["blocks_per_sm"])[on_gpu.kernel_index]
+    occupancy = np.asarray(kernels["est_occupancy_pct"])[on_gpu.kernel_index]
+    tc_name = name_rules.string_mask(tables.strings, name_rules.uses_tensor_cores)
     uses_tc = tc_name[np.asarray(events["name"])[rows]]
     window_start, window_end = steps.window
     window_ns = max(window_end - window_start, 1)
-    properties = {p.get("id"): p for p in tables.meta.get("deviceProperties", []) if isinstance(p, dict)}
+    described = device_descriptions(tables)
     summary = []
-    for gpu in sorted(set(device.tolist())):
+    for gpu, busy_intervals in busy_by_device(ts, end, device).items():
         on = device == gpu
-        busy = intervals.clip(intervals.merge(ts[on], end[on]), window_start, window_end)
+        busy = intervals.clip(busy_intervals, window_start, window_end)
         sm_valid = on & (blocks_per_sm > 0)
         sm_efficiency = None
         if sm_valid.any():
@@ -145,14 +127,10 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
                 occupancy_pct = float((clipped * occupancy[occ_valid]).sum() / clipped.sum())
         kernel_time = float((end[on] - ts[on]).sum())
         tc_time = float((end[on & uses_tc] - ts[on & uses_tc]).sum())
-        props = properties.get(gpu, {})
-        major, minor = props.get("computeMajor"), props.get("computeMinor")
         summary.append(
             {
                 "device": int(gpu),
-                "name": props.get("name"),
-                "memory_bytes": props.get("totalGlobalMem"),
-                "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None,
+                **described.get(gpu, UNDESCRIBED),
                 "utilization_pct": intervals.total(busy) / window_ns * 100.0,
                 "est_sm_efficiency_pct": sm_efficiency,
                 "est_achieved_occupancy_pct": occupancy_pct,
@@ -161,25 +139,6 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
             }
         )
     return summary
-
-
-def _device_ids(tables: TraceTables, device_args: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The GPU of each kernel: its ``device`` arg, else its track's pid (kineto puts GPU n at pid n)."""
-    from_pid = track_pids(tables)[np.asarray(tables.events["track"])[rows]]
-    return np.where(device_args >= 0, device_args, from_pid)
-
-
-def track_pids(tables: TraceTables) -> np.ndarray:
-    """Each track's pid as a number (-1 when it is not one), e.g. the GPU index of a device stream."""
-    return np.array([_int_or(t.pid, -1) for t in tables.tracks], dtype=np.int64)
-
-
-def _int_or(text: str, default: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        return default
-    return value if -(1 << 63) <= value < (1 << 63) else default  # a pid beyond 64 bits is no GPU index
 
 
 def environment(tables: TraceTables) -> dict[str, Any]:
@@ -195,7 +154,7 @@ def environment(tables: TraceTables) -> dict[str, Any]:
 def recommendations(
     tables: TraceTables, tree: CallTree, average: dict[str, float], gpus: list[dict[str, Any]]
 ) -> list[str]:
-    """torch-tb-profiler's rule-based recommendations (``anchors.md`` §1.4), plain text."""
+    """torch-tb-profiler's rule-based recommendations (``docs/definitions.md`` §2.4), plain text."""
     advice: list[str] = []
     total = average.get("total_us") or 0.0
     if total > 0 and average["dataloader_us"] / total > 0.05:
@@ -234,7 +193,7 @@ def recommendations(
         tc_used = sum(g["tensor_cores_pct"] * g["kernel_time_us"] for g in gpus)
         eligible_ratio = _tc_eligible_kernel_ratio(tree)
         if total_kernel > 0 and tc_used == 0 and eligible_ratio > 0:
-            advice.append(matrix_core_advice(eligible_ratio, rules.low_precisions(sorted(names_used))))
+            advice.append(matrix_core_advice(eligible_ratio, name_rules.low_precisions(sorted(names_used))))
     return advice
 
 
@@ -331,6 +290,6 @@ def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[st
     }
 
 
-@payload("overview")
+@payload("overview", version=2)
 def overview_payload(context: TraceContext) -> dict[str, Any]:
     return build_overview(context.tables, context.tree, context.steps)

@@ -1,35 +1,65 @@
-"""Registry of view payloads computed once per trace, at ingest, in the worker process.
+"""Cached queries: pure analysis functions whose results are stored per parsed file, each with its own version.
 
-Each analysis module registers the payloads it offers with ``@payload("name")``; the ingest job
-computes all of them and caches them as JSON, so a page request only reads a file. Payloads of
-allocator snapshots register with ``kind="snapshot"`` and receive the snapshot's tables.
+An analysis function becomes a cached query with ``@payload("name", version=N)``: the decorator leaves
+the function as it is and attaches a ``Query`` to it (``function.query``). View modules list the queries
+they need; the registry (``profscope.views``) collects them, the ingest worker computes them all once per
+file, and the store (``profscope.store``) reads them. The stored result is named ``name.vN``, so bumping
+``version`` after changing a formula makes every cache (local and shared) miss that result alone, and the
+store recomputes it from the stored tables without parsing the file again.
+
+Queries of allocator snapshots declare ``kind="snapshot"`` and receive the snapshot's tables; trace
+queries receive a ``TraceContext``.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from profscope.analysis.context import TraceContext
+log = logging.getLogger("profscope.analysis")
 
-PayloadBuilder = Callable[[TraceContext], Any]
-_REGISTRY: dict[str, dict[str, PayloadBuilder]] = {"trace": {}, "snapshot": {}}
-
-
-def payload(name: str, kind: str = "trace") -> Callable[[PayloadBuilder], PayloadBuilder]:
-    def register(builder: PayloadBuilder) -> PayloadBuilder:
-        _REGISTRY[kind][name] = builder
-        return builder
-
-    return register
+Builder = TypeVar("Builder", bound=Callable[..., Any])
 
 
-def registered(kind: str = "trace") -> dict[str, PayloadBuilder]:
-    """All payload builders of one kind ("trace" or "snapshot") of every module in ``profscope.analysis``."""
-    import profscope.analysis as package
+@dataclass(frozen=True)
+class Query:
+    """A cached result: its name (what routers ask for), its version, the function that computes it."""
 
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-    return dict(_REGISTRY[kind])
+    name: str
+    version: int
+    build: Callable[[Any], Any]
+    kind: str = "trace"  # "trace" (receives a TraceContext) or "snapshot" (receives SnapshotTables)
+
+    @property
+    def stored_name(self) -> str:
+        """The file name of the result in a cache entry: a new version is a new name, never a stale hit."""
+        return f"{self.name}.v{self.version}"
+
+    def compute(self, source: Any) -> tuple[Any, str | None]:
+        """The result, or ``{"error": ...}`` and the error text: one broken query must not hide the others."""
+        try:
+            return self.build(source), None
+        except Exception as exc:
+            log.exception("query %s failed", self.name)
+            error = f"{type(exc).__name__}: {exc}"
+            return {"error": error}, error
+
+
+def payload(name: str, version: int = 1, kind: str = "trace") -> Callable[[Builder], Builder]:
+    """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes."""
+
+    def declare(function: Builder) -> Builder:
+        function.query = Query(name, version, function, kind)  # type: ignore[attr-defined]
+        return function
+
+    return declare
+
+
+def query_of(function: Callable[..., Any]) -> Query:
+    """The query a function was declared as (with ``@payload``)."""
+    declared = getattr(function, "query", None)
+    if not isinstance(declared, Query):
+        raise TypeError(f"{function.__qualname__} is not declared with @payload")
+    return declared

@@ -1,6 +1,6 @@
 """Allocations of a snapshot: alloc and free paired by address per device, as memory_viz pairs them.
 
-Rules (``torch/utils/viz/MemoryViz.js`` ``process_alloc_data``, anchors.md §3.3):
+Rules (``torch/utils/viz/MemoryViz.js`` ``process_alloc_data``, docs/definitions.md §7.2):
 - an ``alloc`` entry starts an allocation; the next ``free_completed`` (or legacy ``free``) of the
   same address on the same device ends it (``free_requested`` only marks a pending free);
 - a free whose alloc is not in the trace (older than the ring buffer) is an allocation that existed

@@ -211,7 +211,7 @@ def _short(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-@payload("snapshot.summary", kind="snapshot")
+@payload("snapshot.summary", kind="snapshot", version=2)
 def snapshot_summary(tables: SnapshotTables) -> dict[str, Any]:
     devices = []
     segments = tables.table("segments")

@@ -1,6 +1,6 @@
 """Training steps: found from ``ProfilerStep#N`` and re-timed to device time.
 
-torch-tb-profiler's rules (``anchors.md`` §1.4):
+torch-tb-profiler's rules (``docs/definitions.md`` §1):
 - steps are ``ProfilerStep#N`` host events (``cpu_op``, legacy ``Operator`` or ``user_annotation``);
   with none, one step ``0`` spans all host ops;
 - when anything was launched on a device, each step starts at max(previous step end, host start)
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from profscope.analysis import names as rules
+from profscope.analysis import name_rules
 from profscope.analysis.call_tree import CallTree
 from profscope.tables import Kind, TraceTables
 
@@ -41,7 +41,7 @@ def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     name = np.asarray(events["name"])
-    step_name_mask = rules.string_mask(tables.strings, rules.is_profiler_step)
+    step_name_mask = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
     candidates = np.flatnonzero(
         np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)) & step_name_mask[name]
     )
@@ -53,7 +53,7 @@ def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
             by_name[int(name[row])] = row
     rows = np.array(sorted(by_name.values(), key=lambda r: (ts[r], -end[r])), dtype=np.int64)
     if len(rows):
-        step_names = [tables.strings[int(name[r])][len(rules.PROFILER_STEP_PREFIX) :] for r in rows]
+        step_names = [tables.strings[int(name[r])][len(name_rules.PROFILER_STEP_PREFIX) :] for r in rows]
         host_starts, host_ends = ts[rows], end[rows]
         from_steps = True
     else:

@@ -621,4 +621,4 @@ def export_chrome_trace(
 
 
 def _chrome_id(value: str) -> int | str:
-    return int(value) if value.lstrip("-").isdigit() else value
+    return int(value) if value.isascii() and value.lstrip("-").isdigit() else value

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
-from profscope.analysis.names import PROFILER_STEP_PREFIX
+from profscope.analysis.device_activity import busy_by_device, device_kernels
+from profscope.analysis.name_rules import PROFILER_STEP_PREFIX
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
 INDEX_VERSION = 1
@@ -269,7 +270,7 @@ def _is_device_track(track: Track, kinds_on_track: set[int]) -> bool:
 
 
 def _int_or_text(value: str) -> tuple:
-    return (0, int(value), "") if value.lstrip("-").isdigit() else (1, 0, value)
+    return (0, int(value), "") if value.isascii() and value.lstrip("-").isdigit() else (1, 0, value)
 
 
 def _layout(
@@ -309,7 +310,7 @@ def _layout(
             groups.append({"id": group_id, "name": name, "kind": "gpu", "device": pid})
         elif pid in ("Traces", ""):
             groups.append({"id": group_id, "name": "Profiler", "kind": "other"})
-        elif not pid.lstrip("-").isdigit():  # kineto's own rows, e.g. pid "Spans"
+        elif not (pid.isascii() and pid.lstrip("-").isdigit()):  # kineto's own rows, e.g. pid "Spans"
             groups.append({"id": group_id, "name": first.process_name or pid, "kind": "other"})
         else:
             process = first.process_name or "process"
@@ -349,18 +350,15 @@ def _counter_series(
             groups.append({"id": gpu_groups[device], "name": f"GPU {device}", "kind": "gpu", "device": device})
         return gpu_groups[device]
 
-    kernels = tables.table("kernels")
-    kernel_rows = np.asarray(kernels["event"], dtype=np.int64)
-    is_kernel = kind[kernel_rows] == Kind.KERNEL
-    kernel_device = np.asarray(kernels["device"])
-    for device in np.unique(kernel_device[is_kernel]).tolist():
-        on = is_kernel & (kernel_device == device)
-        rows = kernel_rows[on]
-        busy_start, busy_end = intervals.merge(start[rows], end[rows])
+    on_gpu = device_kernels(tables)
+    busy = busy_by_device(start[on_gpu.event], end[on_gpu.event], on_gpu.device)
+    for device, (busy_start, busy_end) in busy.items():
+        on = on_gpu.device == device
+        rows = on_gpu.event[on]
         t, v = _indicator(busy_start, busy_end, 100.0)
         group = group_for_device(str(device))
         series.append(({"name": f"GPU {device} utilization", "group": group, "unit": "%", "mode": "mean"}, t, v))
-        blocks = np.asarray(kernels["blocks_per_sm"])[on]
+        blocks = np.asarray(tables.table("kernels")["blocks_per_sm"])[on_gpu.kernel_index[on]]
         valid = blocks > 0
         if valid.any():
             seg_start, seg_end, value = intervals.weighted_coverage(

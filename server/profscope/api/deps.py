@@ -1,13 +1,17 @@
-"""Shared lookups for the routers: the server state, and (run, worker, span) -> trace file."""
+"""Shared lookups for the routers: the server state (its store), and (run, worker, span) -> trace file."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from fastapi import HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from profscope.cache import dumps
 from profscope.catalog import Run, TraceFile
-from profscope.state import Profscope
+
+if TYPE_CHECKING:
+    from profscope.state import Profscope
 
 
 def get_state(request: Request) -> Profscope:
@@ -15,9 +19,12 @@ def get_state(request: Request) -> Profscope:
 
 
 def get_run(request: Request, run: str = Query(..., description="Run name, as listed by /api/runs")) -> Run:
-    found = get_state(request).run(run)
+    state = get_state(request)
+    found = state.run(run)
     if found is None:
-        raise HTTPException(status_code=404, detail=f"no run named {run!r}")
+        moved = state.moved_run(run)
+        where = f"; it is now {moved!r} (run names no longer carry their root's name)" if moved else ""
+        raise HTTPException(status_code=404, detail=f"no run named {run!r}{where}")
     return found
 
 
@@ -40,7 +47,7 @@ def json_response(value: object, status_code: int = 200) -> Response:
 
 def payload_or_status(state: Profscope, trace: TraceFile, name: str) -> tuple[bytes | None, Response | None]:
     """The cached payload, or the response to send while the trace is parsing or after it failed."""
-    data = state.cache.read_view(trace.cache_key, name)
+    data = state.store.result(trace.cache_key, name)
     if data is not None:
         return data, None
     status = state.ingest.request(trace, urgent=True)

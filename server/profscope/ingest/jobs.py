@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -39,12 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import TraceFile
-from profscope.ingest.allocator import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.kineto import parse_trace
+from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
+from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
+    from profscope.analysis.payloads import Query
     from profscope.metrics import IngestMetrics
     from profscope.shared_cache import SharedCache
 
@@ -65,18 +67,6 @@ class WorkerLimits:
 
     max_parse_seconds: float = 3600.0
     memory_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class IngestRequest:
-    source: Source  # pickled to the worker; object-store sources carry options, never a live client
-    key: str
-    size: int
-    cache_key: str
-    cache_root: str
-    max_trace_bytes: int
-    kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
-    max_snapshot_bytes: int = 8 << 30
 
 
 @dataclass
@@ -104,6 +94,11 @@ class IngestState:
 def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     global _progress_queue
     _progress_queue = queue
+    # Ctrl+C in a terminal reaches the whole process group: the server stops its workers itself, so a
+    # worker must not die mid-parse with a KeyboardInterrupt traceback of its own. It was spawned with SIGINT
+    # blocked (a Ctrl+C while it was still importing waits, then is dropped here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if memory_bytes:  # allocations past it raise MemoryError in the parse instead of the OOM killer's SIGKILL
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     map_large_arrays_directly()
@@ -111,6 +106,16 @@ def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread: processes it spawns inherit the mask through exec."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -121,9 +126,8 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
-    """Parse one trace and cache its tables and payloads. Runs in a worker process."""
+    """Parse one trace and cache its tables and query results. Runs in a worker process."""
     from profscope.analysis.context import TraceContext
-    from profscope.analysis.payloads import registered
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
@@ -161,16 +165,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
     context = TraceContext(tables)
-    view_errors = {}
-    for name, builder in registered().items():
-        mark = time.perf_counter()
-        try:
-            cache.write_view(request.cache_key, name, builder(context))
-            phase_s[name] = time.perf_counter() - mark
-        except Exception as exc:  # one broken view must not hide the others
-            log.exception("view %s failed for %s", name, request.key)
-            view_errors[name] = f"{type(exc).__name__}: {exc}"
-            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    view_errors = write_query_results(cache, request, context, phase_s)
     del context  # its call tree and caches: the timeline index needs the room
     release_freed_memory()
     mark = time.perf_counter()
@@ -251,8 +246,10 @@ class IngestManager:
         shared: SharedCache | None = None,
         shared_write: bool = False,
         limits: WorkerLimits | None = None,
+        queries: tuple[Query, ...] = (),
     ) -> None:
         self.cache = cache
+        self.queries = queries  # computed for each file after its parse (profscope.views.registry.queries)
         self.limits = limits or WorkerLimits()
         self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
         self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
@@ -431,21 +428,21 @@ class IngestManager:
             state.attempts += 1
             if state.attempts == 1 and self.metrics is not None:
                 self.metrics.on_start()
-            request = IngestRequest(
-                source=self.source_for(trace.source),
-                key=trace.key,
-                size=trace.info.size,
+            request = IngestRequest.for_file(
+                trace,
+                self.source_for(trace.source),
+                self.cache.root,
+                self.queries,
+                self.max_trace_bytes,
+                self.max_snapshot_bytes,
                 cache_key=key,
-                cache_root=str(self.cache.root),
-                max_trace_bytes=self.max_trace_bytes,
-                kind=trace.kind,
-                max_snapshot_bytes=self.max_snapshot_bytes,
             )
-            try:
-                future = self._ensure_pool().submit(run_job, request)
-            except (BrokenProcessPool, RuntimeError):
-                self._restart_pool()
-                future = self._ensure_pool().submit(run_job, request)
+            with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
+                try:
+                    future = self._ensure_pool().submit(run_job, request)
+                except (BrokenProcessPool, RuntimeError):
+                    self._restart_pool()
+                    future = self._ensure_pool().submit(run_job, request)
             self._running[key] = future
             future.add_done_callback(lambda f, k=key, t=trace: self._finished(k, t, f))
 
@@ -468,6 +465,8 @@ class IngestManager:
     def _finished(self, key: str, trace: TraceFile, future: Future) -> None:
         with self._lock:
             self._running.pop(key, None)
+            if self._closed:  # stopped by the server's shutdown: not the file's fault, parsed again at next start
+                return
             state = self._states.get(key) or IngestState()
             had_worker = key in self._worker_pids
             try:
@@ -488,6 +487,7 @@ class IngestManager:
                 self._worker_fault(key, trace, state, reason)
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
+                _log_failure(trace, result["error"])
                 self.counters["failed"] += 1
                 self._report_end(state, ok=False)
                 if "retry_after_s" in result:  # the cache could not be written: not the file's fault, nothing to share
@@ -521,6 +521,7 @@ class IngestManager:
             return
         self._remember_error(key, {"message": reason, "kind": "WorkerDied"})
         state.state, state.message = "error", reason
+        _log_failure(trace, reason)
         self.counters["failed"] += 1
         self._report_end(state, ok=False)
         self._publish(key, trace)
@@ -586,6 +587,12 @@ class IngestManager:
                     self._worker_pids[key] = (value, time.monotonic())
                 else:
                     state.bytes_done = value
+
+
+def _log_failure(trace: TraceFile, reason: str) -> None:
+    """Once per failed parse (a failure is remembered in the cache, so the file is not parsed again to fail again)."""
+    where = trace.source if trace.source.endswith(f"/{trace.key}") else f"{trace.source.rstrip('/')}/{trace.key}"
+    log.warning("cannot read %s: %s", where, reason)
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:

@@ -202,9 +202,8 @@ class ChromeTraceReader:
             self.is_bare_array = True
             return lead + 1
         if stripped[:1] != b"{":
-            raise TraceFormatError(
-                f"not a JSON trace: the file does not start with '{{' or '[' (starts with {stripped[:16]!r})"
-            )
+            # its first bytes are not quoted: the file may hold anything (a key, a token)
+            raise TraceFormatError("not a JSON trace: the file does not start with '{' or '['")
         match = _TRACE_EVENTS_KEY.search(buffer)
         if match is None:
             return None

@@ -22,10 +22,12 @@ from typing import IO, Any
 import msgspec
 import numpy as np
 
+from profscope import parser_versions
 from profscope.ingest import native_events
-from profscope.ingest.allocator import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
+from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
+from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter
 from profscope.tables import (
     EVENT_ROW_TABLES,
     FLOW_PHASES,
@@ -39,7 +41,7 @@ from profscope.tables import (
     Track,
 )
 
-PARSER_VERSION = 3  # bump when tables or cached artifacts change shape
+PARSER_VERSION = parser_versions.TRACE  # bump it there when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
 
 Number = int | float | str | None
@@ -872,6 +874,7 @@ class TableBuilder:
                 if track.pid == pid:
                     for key, value in values.items():
                         setattr(track, key, value)
+        _legacy_autograd_ops(events, self.strings, self.tracks)
         meta = _meta_from_top_level(top_level)
         meta.update(
             origin_us=origin_us,
@@ -880,6 +883,25 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+LEGACY_AUTOGRAD_PID = "CPU functions"
+
+
+def _legacy_autograd_ops(events: dict[str, np.ndarray], strings: StringTable, tracks: list[Track]) -> None:
+    """Uncategorised slices of the legacy ``torch.autograd.profiler`` file are host operators.
+
+    ``EventList.export_chrome_trace`` writes a bare array of ``X`` events with no ``cat``, all under
+    ``pid: "CPU functions"`` (operators and ``record_function`` ranges alike, which it does not
+    tell apart); without this every event would count as "other".
+    """
+    # one more slot, False, for events without a track (NO_ID indexes the last one)
+    legacy_tracks = np.array([t.pid == LEGACY_AUTOGRAD_PID for t in tracks] + [False], dtype=bool)
+    if not legacy_tracks.any():
+        return
+    no_category = np.asarray(events["cat"]) == strings.lookup("")
+    legacy = no_category & legacy_tracks[np.asarray(events["track"])] & (np.asarray(events["kind"]) == Kind.OTHER)
+    events["kind"][legacy] = Kind.CPU_OP
 
 
 def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
@@ -1042,12 +1064,10 @@ def parse_trace(
     cores: a second process builds the tables of every other piece, merged at the end. With ``native``
     (and the extension built) complete events are decoded by the C decoder; without, all in Python.
     """
-    from profscope.ingest.second_core import PieceRouter
-
     counting = CountingReader(raw, on_progress)
     reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
     builder = TableBuilder()
-    router = PieceRouter(enabled=use_second_core, native=native)
+    router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
@@ -1079,6 +1099,8 @@ def parse_trace(
     if reader.non_utf8_pieces:
         builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
     tables = builder.finish(reader.top_level)
+    if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
+        raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))
     tables.meta["pieces"] = {
         "total": router.pieces,
         "decoded_by_second_process": router.sent,
@@ -1086,6 +1108,15 @@ def parse_trace(
     }
     tables.meta["decoder"] = "native" if builder.native_pieces else "python"
     return tables
+
+
+def _no_usable_event(event_count: int, warnings: list[dict[str, Any]]) -> str:
+    """Why a well-formed file gave nothing to show: it is an error of the file, not an empty worker."""
+    reasons = "; ".join(f"{w['message']} ({w['count']:,})" for w in warnings)
+    return (
+        f"no usable event: {event_count:,} trace events were read, but none is a timed slice (ph X, or B/E pairs, "
+        "with a numeric ts) or a [memory] record" + (f" — {reasons}" if reasons else "")
+    )
 
 
 DecodedPiece = tuple[list[Event], list[Any] | None, int, NativePiece | None]
@@ -1121,6 +1152,9 @@ def _counters(piece: bytes) -> list[Any] | None:
     if b'"C"' not in piece:
         return None
     return [item for item in _ANY_DECODER.decode(piece) if isinstance(item, dict) and item.get("ph") == "C"]
+
+
+KINETO_PIECES = PieceDecoder(decode=decode_piece, new_builder=TableBuilder, add=add_decoded)
 
 
 def parse_trace_file(path: Path, **kwargs: Any) -> TraceTables:

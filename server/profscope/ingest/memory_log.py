@@ -1,4 +1,4 @@
-"""Read InternLM's ``memory.log`` (``internlm/utils/simple_memory_profiler.py``, anchors.md §5.3).
+"""Read InternLM's ``memory.log`` (``internlm/utils/simple_memory_profiler.py``, docs/definitions.md §8).
 
 ``SimpleMemoryProfiler`` appends one block per ``point()`` (at start, after each forward and backward
 of a model chunk, at each optimizer step)::
@@ -34,7 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-MEMORY_LOG_PARSER_VERSION = 1  # bump when what a memory.log is read into changes
+from profscope import parser_versions
+
+MEMORY_LOG_PARSER_VERSION = parser_versions.MEMORY_LOG  # bump it there when what a log is read into changes
 MIB = 1 << 20
 READ_CHUNK_BYTES = 1 << 20
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.jobs import IngestRequest
 from profscope.ingest.memory_log import MemoryLogFormatError, parse_memory_log
+from profscope.ingest.request import IngestRequest
 from profscope.sources import SourceError
 
 MEMORY_LOG_VIEW = "memory_log"  # the parsed log (MemoryLog.to_json), read by api/memory.py

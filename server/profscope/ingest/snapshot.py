@@ -1,6 +1,6 @@
 """Read a CUDA allocator snapshot pickle (safely) into :class:`SnapshotTables`, in bounded memory.
 
-Shapes handled (``anchors.md`` §3.2): a bare list of segments (oldest snapshots); a dict with
+Shapes handled (``docs/definitions.md`` §7.1): a bare list of segments (oldest snapshots); a dict with
 ``segments`` and ``device_traces`` (one list per device), optionally ``allocator_settings`` and
 ``external_annotations``; blocks with ``frames`` / ``requested_size`` or with the legacy
 ``history``; trace entries with or without ``time_us``; ``oom`` entries (``device_free`` instead of
@@ -23,11 +23,12 @@ from typing import IO, Any
 
 import numpy as np
 
+from profscope import parser_versions
 from profscope.ingest.safe_pickle import LIMIT_SETTING, PickleRefused, load_plain_data, resident_bytes
 from profscope.snapshot_tables import ACTION, BLOCK_STATE, SEGMENT_TYPES, UNKNOWN_ACTION, SnapshotTables
 from profscope.tables import NO_ID, StringTable
 
-SNAPSHOT_PARSER_VERSION = 3  # bump when the tables a snapshot is read into change
+SNAPSHOT_PARSER_VERSION = parser_versions.SNAPSHOT  # bump it there when the tables of a snapshot change
 SWEEP_EVERY_BYTES = 8 << 20
 MAX_ANNOTATIONS = 10_000
 # Settings and annotations are copied for the page. A pickle can make a small list reach itself many

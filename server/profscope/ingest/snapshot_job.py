@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.jobs import IngestRequest, release_freed_memory
+from profscope.ingest.malloc_tuning import release_freed_memory
+from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.ingest.safe_pickle import PickleRefused
 from profscope.ingest.snapshot import SnapshotFormatError, parse_snapshot
 from profscope.sources import SourceError
@@ -18,7 +19,6 @@ log = logging.getLogger("profscope.ingest")
 
 
 def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) -> dict[str, Any]:
-    from profscope.analysis.payloads import registered
     from profscope.analysis.snapshot_allocations import build_allocations, build_levels
 
     cache = TraceCache(Path(request.cache_root))
@@ -42,16 +42,7 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
     mark = time.perf_counter()
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
-    view_errors = {}
-    for name, builder in registered("snapshot").items():
-        mark = time.perf_counter()
-        try:
-            cache.write_view(request.cache_key, name, builder(tables))
-            phase_s[name] = time.perf_counter() - mark
-        except Exception as exc:  # one broken view must not hide the others
-            log.exception("view %s failed for %s", name, request.key)
-            view_errors[name] = f"{type(exc).__name__}: {exc}"
-            cache.write_view(request.cache_key, name, {"error": view_errors[name]})
+    view_errors = write_query_results(cache, request, tables, phase_s)
     mark = time.perf_counter()
     _save_default_timelines(cache, request, tables, view_errors)
     phase_s["default_timelines"] = time.perf_counter() - mark

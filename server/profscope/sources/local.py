@@ -1,4 +1,8 @@
-"""Local disk source. Symbolic links are followed only while they stay under the root."""
+"""Local disk source. Symbolic links are followed only while they stay under the root.
+
+The root is a folder, or one file (served as a run of its own). A folder that does not exist yet is not an
+error when the server starts: it is listed again at every rescan (``profscope serve ./log`` before training
+writes ``./log``)."""
 
 from __future__ import annotations
 
@@ -10,14 +14,15 @@ from profscope.sources.base import ObjectInfo, SourceError
 
 
 class LocalSource:
-    """Lists every file under the root, except hidden folders (``.git``, ``.cache``) and ``exclude``."""
+    """Lists every file under the root, except hidden folders (``.git``, ``.cache``) and ``exclude``; a file
+    as the root lists that file alone (its key is its name, under its folder)."""
 
     def __init__(self, root: str | Path, exclude: list[Path] | None = None) -> None:
-        self.root = Path(root).expanduser().resolve()
-        self.uri = str(self.root)
+        path = Path(root).expanduser().resolve()
+        self.uri = str(path)
+        self.only = path.name if path.is_file() else None  # a single trace file given as the root
+        self.root = path.parent if self.only else path
         self.exclude = {Path(p).expanduser().resolve() for p in exclude or []}
-        if not self.root.is_dir():
-            raise SourceError(f"{self.root} is not a directory")
 
     def _inside(self, path: Path) -> bool:
         try:
@@ -27,6 +32,11 @@ class LocalSource:
         return True
 
     def list(self) -> list[ObjectInfo]:
+        if self.only is not None:
+            return [self.stat(self.only)]
+        if not self.root.is_dir():
+            missing = not self.root.exists()
+            raise SourceError(f"{self.root} does not exist (yet)" if missing else f"{self.root} is not a folder")
         found: list[ObjectInfo] = []
         pending = [self.root]
         seen_dirs = {self.root}  # a link back to the root must not list it twice
@@ -60,7 +70,8 @@ class LocalSource:
 
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
-        if not self._inside(path) or ".." in Path(key).parts or Path(key).is_absolute():
+        beside_the_file = self.only is not None and key != self.only
+        if beside_the_file or not self._inside(path) or ".." in Path(key).parts or Path(key).is_absolute():
             raise SourceError(f"{key!r} is outside the root {self.root}")
         return path
 

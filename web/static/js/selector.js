@@ -3,7 +3,7 @@
 import { ApiError, getJSON, postJSON } from "./api.js";
 import { byId, clear, el } from "./dom.js";
 import { shortenMiddle } from "./ellipsis.js";
-import { errorBox, progressBar } from "./status.js";
+import { emptyState, errorBox, progressBar } from "./status.js";
 import { readParams, withQuery } from "./urlstate.js";
 
 // Run and worker names longer than this are cut in the middle in their <select> (full name on hover).
@@ -12,18 +12,44 @@ const RUN_LABEL_CHARS = 46;
 // Parameters that name a row of one trace: dropped when the trace changes.
 const TRACE_LOCAL_PARAMS = ["stack", "shape"];
 
-/** Point the nav tabs at the same run / worker / span. */
+/** A run that holds memory snapshots or memory.log files and no trace: only Memory applies. */
+const onlyMemoryFiles = (runInfo) =>
+  !(runInfo.files || []).length && ((runInfo.snapshots || []).length > 0 || (runInfo.memory_logs || []).length > 0);
+
+/**
+ * Why a page does not apply to a run (the tab's tooltip), or null when it does or cannot be told yet.
+ * The reason is the views registry's (``applies`` of each ``views/*.py``, sent as ``unavailable``).
+ */
+export function unavailableReason(page, runInfo) {
+  if (!runInfo || page === "runs") return null;
+  const reason = (runInfo.unavailable || {})[page];
+  return reason && (runInfo.state === "ready" || onlyMemoryFiles(runInfo)) ? reason : null;
+}
+
+/** Point the nav tabs at the same run / worker / span; grey out (with the reason) those that do not apply. */
 export function updateNavLinks(ident, runInfo = null) {
   for (const link of document.querySelectorAll("a[data-nav]")) {
     const page = link.dataset.nav;
     if (page === "runs") continue;
     link.setAttribute("href", withQuery(`/${page}`, ident || {}));
-    const missing = runInfo && runInfo.state === "ready" && !(runInfo.views || []).includes(page);
-    link.classList.toggle("unavailable", Boolean(missing));
-    if (missing && page === "kernels") link.title = "This run has no GPU kernels";
-    else if (missing && page === "distributed") link.title = "This run has one worker and no distributedInfo";
+    const reason = unavailableReason(page, runInfo);
+    link.classList.toggle("unavailable", Boolean(reason));
+    if (reason) link.title = reason;
     else link.removeAttribute("title");
   }
+}
+
+/** A small banner at the top of the page while a root cannot be listed (the Runs page has the details). */
+export function showStorageBanner(roots) {
+  document.getElementById("storage-banner")?.remove();
+  const down = (roots || []).filter((r) => r.error);
+  if (!down.length) return;
+  const names = down.map((r) => r.root).join(", ");
+  const banner = el("div", { id: "storage-banner", class: "storage-banner", role: "status", "data-testid": "storage-banner", title: down.map((r) => r.error).join("\n") },
+    el("strong", { text: `Storage unavailable: cannot list ${names}.` }),
+    ` ${down.some((r) => r.stale) ? "Showing its runs from the last listing; " : ""}retrying automatically · `,
+    el("a", { href: "/", text: "details on the Runs page" }));
+  document.getElementById("main")?.prepend(banner);
 }
 
 export function setJsonLink(url) {
@@ -145,6 +171,7 @@ export async function initSelector(page, statusEl) {
   }
   const runs = data.runs || [];
   const params = readParams();
+  showStorageBanner(data.roots);
   if (!runs.length) {
     renderBar(page, runs, null, null, null);
     const roots = (data.roots || []).map((r) => r.root).join(", ") || "the configured roots";
@@ -162,10 +189,17 @@ export async function initSelector(page, statusEl) {
   const runInfo = params.run ? runs.find((r) => r.run === params.run) : firstUsable(runs, (r) => r.state !== "error");
   if (!runInfo) {
     renderBar(page, runs, null, null, null);
-    clear(statusEl, errorBox({ title: "Unknown run", message: `There is no run named \u201c${params.run}\u201d. Choose one above.` }));
+    clear(statusEl, await unknownRunBox(params.run));
     return null;
   }
   const workers = runInfo.workers || [];
+  if (onlyMemoryFiles(runInfo)) {
+    renderBar(page, runs, runInfo, null, null);
+    updateNavLinks({ run: runInfo.run }, runInfo);
+    const memory = el("a", { href: withQuery("/memory", { run: runInfo.run }), "data-testid": "memory-link", text: "Memory view" });
+    clear(statusEl, emptyState("This run holds only memory snapshots", el("span", {}, "There is no profiler trace here to show; its snapshots are in the ", memory, ".")));
+    return null;
+  }
   if (!workers.length) {
     renderBar(page, runs, runInfo, null, null);
     const reasons = (runInfo.errors || []).map((e) => `${e.file}: ${e.message}`).join("\n");
@@ -195,6 +229,22 @@ export async function initSelector(page, statusEl) {
   updateNavLinks(ident, runInfo);
   watchRunState(runInfo);
   return { ...ident, runInfo, runs };
+}
+
+/** Why a link's run is not there: where it went (a link to the same page on the new name), or that it is gone. */
+export async function unknownRunBox(run) {
+  const moved = await getJSON(withQuery("/api/runs/moved", { run })).catch(() => null);
+  if (!moved?.moved_to) {
+    return errorBox({ title: "Unknown run", message: `There is no run named \u201c${run}\u201d. Choose one above.` });
+  }
+  const url = new URL(location.href);
+  url.searchParams.set("run", moved.moved_to);
+  const go = el("a", { href: `${url.pathname}${url.search}`, "data-testid": "moved-link", text: `Open \u201c${moved.moved_to}\u201d` });
+  return errorBox({
+    title: "This run moved",
+    message: `There is no run named \u201c${run}\u201d any more; it is now \u201c${moved.moved_to}\u201d.`,
+    action: go,
+  });
 }
 
 /** Show why a view could not load; a trace that failed to parse gets a Retry button. */

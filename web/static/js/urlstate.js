@@ -1,4 +1,13 @@
 // Every bit of page state lives in the query string, so a pasted URL restores the same view.
+// A user's action (sort, grouping, zoom, a chosen step...) adds a history entry (`push`), an
+// incidental change (defaults written back, a debounced echo) replaces the current one; Back and
+// Forward then reload the page from the URL they land on, which restores that state.
+
+let shownSearch = location.search; // the query the page shows; a popstate to another one reloads
+
+window.addEventListener("popstate", () => {
+  if (location.search !== shownSearch) location.reload();
+});
 
 export function readParams() {
   return Object.fromEntries(new URLSearchParams(location.search));
@@ -14,6 +23,7 @@ export function updateUrl(changes, { push = false } = {}) {
   if (url.href === location.href) return;
   if (push) history.pushState(null, "", url);
   else history.replaceState(null, "", url);
+  shownSearch = location.search;
 }
 
 /** "/path?k=v&..." leaving out null and empty values. */

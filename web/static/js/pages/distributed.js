@@ -109,7 +109,7 @@ function stepSelect(data) {
       "aria-label": "Step",
       onchange: (e) => {
         state.step = e.target.value;
-        updateUrl({ step: state.step });
+        updateUrl({ step: state.step }, { push: true });
         drawStepCharts(data);
       },
     },
@@ -191,7 +191,7 @@ function tablePanel(name, title, sub, columns, rows, rowKey) {
       wide: columns.length > 9,
       onSort: (next) => {
         state.sorts[name] = next;
-        updateUrl({ [SORT_PARAMS[name]]: next });
+        updateUrl({ [SORT_PARAMS[name]]: next }, { push: true });
         draw();
       },
     });
@@ -204,7 +204,7 @@ const link = (text) => (row) => (row.trace_url ? el("a", { href: row.trace_url, 
 
 function ranksTable(data) {
   const rows = data.ranks.map((r) => ({ ...r, state_text: r.state === "ready" ? r.mode : `error: ${r.error}` }));
-  return tablePanel("ranks", "Ranks", "average per step", [
+  return tablePanel("ranks", "Ranks", "per rank, average per step (× steps = the rank's time in collectives over the span's steps)", [
     { key: "rank", label: "Rank", num: true, title: "From distributedInfo, else the worker's name, else file order" },
     { key: "worker", label: "Worker", cls: "name" },
     { key: "rank_source", label: "Rank from" },
@@ -233,7 +233,7 @@ function collectivesTable(data) {
 }
 
 function opsTable(data) {
-  return tablePanel("ops", "Communication operations", "per rank (torch-tb-profiler's Communication Operations Stats)", [
+  return tablePanel("ops", "Communication operations", "per rank, totals over the whole span (torch-tb-profiler's Communication Operations Stats)", [
     { key: "rank", label: "Rank", num: true },
     { key: "name", label: "Name", cls: "name" },
     { key: "calls", label: "Calls", num: true, format: fmtInt },
@@ -254,7 +254,7 @@ function groupsTable(data) {
     members: g.ranks ? (g.ranks.length > 12 ? `${g.ranks.slice(0, 12).join(", ")}, \u2026` : g.ranks.join(", ")) : DASH,
     types: (g.collective_types || []).join(", ") || DASH,
   }));
-  return tablePanel("groups", "Process groups", "what each group (DP / TP / PP ...) costs", [
+  return tablePanel("groups", "Process groups", "what each group (DP / TP / PP ...) costs: summed over its ranks, whole span (= the sum of its ranks' rows above)", [
     { key: "label", label: "Group" },
     { key: "desc", label: "Description", cls: "op" },
     { key: "dimension", label: "Dimension", format: (v) => v || DASH, title: "From the description: world, dp, tp, pp, ep, cp..." },
@@ -338,6 +338,10 @@ function drawHta(data) {
 
 function render(data, selection) {
   const root = byId("distributed");
+  if (state.step && !data.steps.includes(state.step)) {
+    state.step = ""; // a step of another span (the span changed): all steps, in the URL as in the selector
+    updateUrl({ step: null });
+  }
   const ready = data.ranks.filter((r) => r.state === "ready");
   if (!ready.length) {
     clear(root, warningsPanel(data), emptyState("No rank of this span could be read"));
@@ -347,11 +351,13 @@ function render(data, selection) {
   const anyGpu = ready.some((r) => r.hta);
   const hta = anyGpu
     ? el("div", { class: "grid pies" },
-        chartPanel("Temporal breakdown", "HTA: share of [first kernel, last kernel end]", "temporal-chart", "temporal"),
-        chartPanel("Idle time breakdown", "HTA: share of the gaps between kernels on each stream, all streams together",
+        chartPanel("Temporal breakdown, all device activity",
+          "share of [first start, last end]; with HTA's filter: temporal_hta_filter in the JSON",
+          "temporal-chart", "temporal"),
+        chartPanel("Idle time breakdown", "as HTA: share of the gaps between device activities on each stream, all streams together",
           "idle-chart", "idle"),
-        chartPanel("Kernel type breakdown", "HTA: kernel time by type", "kernel-type-chart", "kernel-types"),
-        chartPanel("Communication\u2013computation overlap", "HTA: time computing while communicating / time communicating",
+        chartPanel("Kernel type breakdown", "as HTA: device time by type (COMM / COMP / MEM)", "kernel-type-chart", "kernel-types"),
+        chartPanel("Communication\u2013computation overlap", "as HTA: time computing while communicating / time communicating",
           "overlap-ratio-chart", "overlap-ratio"))
     : null;
   clear(
@@ -387,7 +393,8 @@ async function main() {
   setJsonLink(url);
   try {
     const data = await loadView(url, { statusEl });
-    render(data, selection);
+    if (data.applies === false) clear(byId("distributed"), emptyState("Not a distributed run", data.reason));
+    else render(data, selection);
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
   }

@@ -144,7 +144,7 @@ function renderRows() {
 
 function changeSort(next) {
   state.sort = next;
-  updateUrl({ sort: next });
+  updateUrl({ sort: next }, { push: true });
   renderRows();
 }
 
@@ -191,7 +191,7 @@ async function main() {
     state.groupBy = value;
     const sortKey = state.sort ? state.sort.replace(/^-/, "") : null;
     if (sortKey && !columns(value).some((c) => c.key === sortKey)) state.sort = null;
-    updateUrl({ group_by: value, sort: state.sort });
+    updateUrl({ group_by: value, sort: state.sort }, { push: true });
     load();
   });
   bindSearchAndTop(state, updateUrl, { renderPies, renderRows });

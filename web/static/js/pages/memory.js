@@ -7,7 +7,7 @@ import { getJSON, isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs } from "../format.js";
-import { setJsonLink, showViewError, updateNavLinks } from "../selector.js";
+import { setJsonLink, showStorageBanner, showViewError, unknownRunBox, updateNavLinks } from "../selector.js";
 import { emptyState, errorBox, loading } from "../status.js";
 import { renderTable, sortRows } from "../table.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
@@ -94,6 +94,7 @@ async function start() {
     return;
   }
   const runs = data.runs || [];
+  showStorageBanner(data.roots);
   if (!runs.length) {
     clear(byId("selector"));
     clear(statusEl, emptyState("No traces or snapshots found", el("a", { href: "/", text: "See the Runs page" })));
@@ -103,7 +104,7 @@ async function start() {
     ? runs.find((r) => r.run === params.run)
     : runs.find((r) => (r.views || []).includes("memory")) || runs[0];
   if (!runInfo) {
-    clear(statusEl, errorBox({ title: "Unknown run", message: `There is no run named \u201c${params.run}\u201d.` }));
+    clear(statusEl, await unknownRunBox(params.run));
     return;
   }
   const sources = sourcesOf(runInfo);

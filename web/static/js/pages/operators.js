@@ -34,7 +34,8 @@ function columns(byShape) {
     { key: "device_total_us", label: "Device Total (\u00b5s)", num: true, format: fmtUs,
       title: "Device time of this operator and of the operators it called" },
     { key: "host_self_us", label: "Host Self (\u00b5s)", num: true, format: fmtUs,
-      title: "Host time of the operator minus its child operators and runtime calls" },
+      title: "Host time of the operator minus the operators below it and its runtime calls; annotations " +
+        "(record_function, nccl:*) are not rows and take no time from the operator around them" },
     { key: "host_total_us", label: "Host Total (\u00b5s)", num: true, format: fmtUs,
       title: "Host time of the operator including its children" },
     { key: "tensor_cores_eligible", label: "TC Eligible", format: fmtBool,
@@ -58,6 +59,7 @@ const state = {
 
 let selection = null;
 let allRows = [];
+let accounting = null;
 let controller = null;
 let table = null;
 const stackCache = new Map();
@@ -170,7 +172,7 @@ function toggle(row) {
   const open = rowKey(row) === expandedKey();
   state.stack = open ? null : row.name;
   state.shape = open || !byShape() ? null : row.input_shape || "";
-  updateUrl({ stack: state.stack, shape: state.shape });
+  updateUrl({ stack: state.stack, shape: state.shape }, { push: true });
   renderRows();
 }
 
@@ -223,9 +225,36 @@ function renderRows() {
   updateJsonLink();
 }
 
+/** Where the rows' self times come from, so that they can be seen to add up (docs/definitions.md). */
+function renderAccounting() {
+  byId("accounting")?.remove();
+  if (!accounting) return;
+  const a = accounting;
+  const device = a.device_total_us > 0
+    ? [
+        el("dt", { text: "Device" }),
+        el("dd", { "data-testid": "accounting-device",
+          text: `all kernels, memcpys and memsets ${fmtUs(a.device_total_us)} µs = device self time of the ` +
+            `operators ${fmtUs(a.device_self_us)} µs + launched outside any operator (unattributed) ` +
+            `${fmtUs(a.device_unattributed_us)} µs` }),
+      ]
+    : [];
+  byId("table-panel").append(
+    el("details", { class: "definitions", id: "accounting" },
+      el("summary", { text: "How the self times add up" }),
+      el("dl", {},
+        el("dt", { text: "Host" }),
+        el("dd", { "data-testid": "accounting-host",
+          text: `time inside operators ${fmtUs(a.host_in_operators_us)} µs = host self time of the operators ` +
+            `${fmtUs(a.host_self_us)} µs + runtime calls they made ${fmtUs(a.host_runtime_in_operators_us)} µs. ` +
+            "Annotations (record_function, nccl:*) and steps are not rows: their time belongs to the operator " +
+            "around them, or to no operator." }),
+        ...device)));
+}
+
 function changeSort(next) {
   state.sort = next;
-  updateUrl({ sort: next });
+  updateUrl({ sort: next }, { push: true });
   renderRows();
 }
 
@@ -237,6 +266,7 @@ async function load() {
   try {
     const data = await loadView(withQuery("/api/operators", apiQuery()), { statusEl, signal: controller.signal });
     allRows = data.rows || [];
+    accounting = data.accounting || null;
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
     return;
@@ -245,6 +275,7 @@ async function load() {
   byId("table-panel").hidden = false;
   renderPies();
   renderRows();
+  renderAccounting();
   const expanded = table?.querySelector("tr.expanded");
   if (expanded) expanded.scrollIntoView({ block: "center" });
 }
@@ -256,7 +287,7 @@ async function main() {
     state.groupBy = value;
     state.stack = state.shape = null;
     if (state.sort && state.sort.replace(/^-/, "") === "input_shape" && value === "operator") state.sort = null;
-    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort });
+    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort }, { push: true });
     load();
   });
   bindSearchAndTop(state, updateUrl, { renderPies, renderRows });

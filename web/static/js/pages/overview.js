@@ -27,7 +27,9 @@ const CATEGORY_HELP = {
   Communication: "Collective communication (NCCL / Gloo ops and their kernels).",
   Runtime: "CUDA / HIP runtime calls on the host (launches, syncs) while the GPU is idle.",
   DataLoader: "Fetching the next batch (enumerate(DataLoader)#...__next__).",
-  "CPU Exec": "Other host operators while the GPU is idle.",
+  "CPU Exec":
+    "Other host operators and user annotations (record_function ranges) while nothing above is active; " +
+    "annotations count here although they are not rows of the Operator view (docs/definitions.md, \"CPU Exec\").",
   Other: "Time covered by none of the above.",
 };
 

@@ -34,8 +34,8 @@ function render(target, body) {
 }
 
 async function main() {
-  updateNavLinks(null);
-  const { path, line } = readParams();
+  const { path, line, run, worker, span } = readParams();
+  updateNavLinks(run ? { run, worker, span } : null); // the nav leads back to the run the frame came from
   const target = byId("source");
   byId("source-path").textContent = path ? `${path}${line ? `:${line}` : ""}` : "";
   if (!path) {

@@ -8,7 +8,7 @@ import { errorBox } from "../status.js";
 import { initSelector, showViewError } from "../selector.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
 import { renderRangeSummary, renderSliceDetails } from "../timeline/details.js";
-import { groupedTracks, trackKey, visibleTrackIds } from "../timeline/layout.js";
+import { groupedTracks, trackKey, trackKind, trackShown, visibleTrackIds } from "../timeline/layout.js";
 import { openInPerfetto } from "../timeline/perfetto.js";
 import { parseState, stateParams } from "../timeline/state.js";
 import { TimelineView } from "../timeline/view.js";
@@ -62,7 +62,10 @@ class TracePage {
     this.search = { counts: [], total: 0, token: 0 };
     this.detailsToken = 0;
     this.summaryToken = 0;
-    this.syncUrl = debounce(() => updateUrl(stateParams(this.state)), URL_DEBOUNCE_MS);
+    // one history entry per settled gesture (zoom, pan, fold, selection) once the page shows what its
+    // URL asked for; until then the URL is only completed (replaced)
+    this.settled = false;
+    this.syncUrl = debounce(() => updateUrl(stateParams(this.state), { push: this.settled }), URL_DEBOUNCE_MS);
   }
 
   async load() {
@@ -100,7 +103,7 @@ class TracePage {
       this.ranksBar(),
       this.windowErrorEl,
       el("div", { class: "tl-canvas-wrap" }, this.canvas, this.tooltip),
-      el("p", { class: "tl-hint muted", text: "Ctrl + wheel or W / S: zoom \u00b7 drag, shift + wheel or A / D: pan \u00b7 wheel: scroll tracks \u00b7 click: details \u00b7 shift + drag: summary of a range \u00b7 click a group to fold it" }),
+      el("p", { class: "tl-hint muted", text: "Ctrl + wheel or W / S: zoom \u00b7 drag, shift + wheel or A / D: pan \u00b7 wheel: scroll tracks \u00b7 click: details \u00b7 shift + drag: summary of a range \u00b7 click a group to fold it, a stack's label to unfold it" }),
       el("div", { class: "grid tl-panels" }, this.detailsEl, this.summaryEl),
     );
     this.view = new TimelineView({
@@ -146,6 +149,10 @@ class TracePage {
       tracks: (index) => page.sections[index]?.info?.tracks.map((t) => ({ id: t.id, name: t.name, kind: t.kind })) || [],
       drawnSlices: (index, trackId) => page.view.drawnSlices(index, trackId),
       rowTop: (index, trackId) => page.view.rowTop(index, trackId),
+      rows: () => page.view.rowBoxes(),
+      get height() {
+        return page.view.height;
+      },
     };
   }
 
@@ -174,6 +181,7 @@ class TracePage {
         this.searchCount),
       el("button", { type: "button", "data-testid": "reset-zoom", text: "Whole trace", onclick: () => this.view.setView(this.view.bounds()) }),
       this.tracksPicker(),
+      this.stacksButton(),
       el("span", { class: "spacer" }),
       this.exportWorker,
       this.downloadLink,
@@ -182,7 +190,51 @@ class TracePage {
     );
   }
 
+  /** Fold or unfold every CPU stack at once (a track's label folds / unfolds that track alone). */
+  stacksButton() {
+    const label = () => (this.state.stacks === "full" ? "Fold stacks" : "Unfold stacks");
+    const button = el("button", { type: "button", "data-testid": "stacks-toggle", text: label(),
+      title: "CPU / Python stacks deeper than a few levels are folded; click a track's label for one track" });
+    button.addEventListener("click", () => {
+      this.state.stacks = this.state.stacks === "full" ? "folded" : "full";
+      this.state.unfolded.clear();
+      button.textContent = label();
+      this.view.refresh();
+    });
+    return button;
+  }
+
+  /** With several ranks: only GPU streams and steps (compact), or every track. */
+  compactToggle() {
+    if (this.sections.length < 2) return null;
+    this.compactBox = el("input", { type: "checkbox", checked: this.state.compact, "data-testid": "compact-toggle" });
+    this.compactBox.addEventListener("change", () => {
+      this.state.compact = this.compactBox.checked;
+      this.syncPicker();
+      this.view.refresh();
+    });
+    return el("label", { class: "tl-compact", title: "Show each rank's GPU streams and steps only (its deepest CPU thread when it has no GPU)" },
+      this.compactBox, "compact ranks");
+  }
+
+  /** Ticking a track while compact: the tracks shown become the user's own choice (compact off). */
+  leaveCompact() {
+    if (!this.state.compact) return;
+    for (const section of this.sections) {
+      for (const track of section.info?.tracks || []) {
+        if (!trackShown(section, track, this.state)) this.state.hidden.add(trackKey(section.index, track.id));
+      }
+    }
+    this.state.compact = false;
+    if (this.compactBox) this.compactBox.checked = false;
+  }
+
+  syncPicker() {
+    for (const box of this.pickerBoxes) box.input.checked = trackShown(box.section, box.track, this.state);
+  }
+
   tracksPicker() {
+    this.pickerBoxes = [];
     const body = el("div", { class: "tl-tracks-list" });
     for (const section of this.sections) {
       if (!section.info) continue;
@@ -191,8 +243,10 @@ class TracePage {
         body.append(el("div", { class: "tl-tracks-group", text: group.name }));
         for (const track of group.tracks) {
           const key = trackKey(section.index, track.id);
-          const box = el("input", { type: "checkbox", checked: !this.state.hidden.has(key), "data-key": key });
+          const box = el("input", { type: "checkbox", checked: trackShown(section, track, this.state), "data-key": key });
+          this.pickerBoxes.push({ input: box, section, track });
           box.addEventListener("change", () => {
+            this.leaveCompact();
             if (box.checked) this.state.hidden.delete(key);
             else this.state.hidden.add(key);
             this.view.refresh();
@@ -228,6 +282,7 @@ class TracePage {
       { class: "controls tl-ranks", "data-testid": "ranks" },
       several ? this.sections.map((section) => this.rankControl(section)) : null,
       several ? el("label", {}, "Align by", align) : null,
+      this.compactToggle(),
       add,
     );
   }
@@ -260,7 +315,8 @@ class TracePage {
   /** Adding or removing a rank reloads the page from its URL (the sections are built once). */
   setWorkers(workers) {
     const moved = (keys) => new Set([...keys].map((key) => renumberKey(key, this.state.workers, workers)).filter(Boolean));
-    const state = { ...this.state, workers, collapsed: moved(this.state.collapsed), hidden: moved(this.state.hidden) };
+    const state = { ...this.state, workers, collapsed: moved(this.state.collapsed), hidden: moved(this.state.hidden),
+      unfolded: moved(this.state.unfolded) };
     location.assign(withQuery("/trace", { ...readParams(), ...stateParams(state), worker: workers[0] }));
   }
 
@@ -339,7 +395,18 @@ class TracePage {
       onZoom: () => this.view.setView({ start: details.start_us + section.shift - details.dur_us * 0.1, end: details.start_us + section.shift + details.dur_us * 1.1 }),
     });
     this.view.setFlows(section, details);
-    if (reveal) this.view.reveal(section, details);
+    if (!reveal) return;
+    this.showTrackOf(section, details.track);
+    this.view.reveal(section, details);
+  }
+
+  /** Compact ranks hide most tracks: a slice the page reveals brings its track (in every rank). */
+  showTrackOf(section, trackId) {
+    const track = section.info.tracks.find((t) => t.id === trackId);
+    if (!track || trackShown(section, track, this.state)) return;
+    this.state.keepLike.add(trackKind(track));
+    this.syncPicker();
+    this.view.refresh();
   }
 
   // ---- search ------------------------------------------------------------------------------
@@ -397,6 +464,7 @@ class TracePage {
       if (token !== this.search.token) return;
       match = body.match;
     }
+    this.showTrackOf(section, match.track);
     this.view.reveal(section, match);
     await this.select(section, match.id, false);
   }
@@ -442,7 +510,7 @@ class TracePage {
     const selected = this.state.selected;
     const section = selected && this.sections.find((s) => s.worker === selected.worker && s.span === selected.span && s.info);
     if (this.state.query) await this.runSearch({ go: false });
-    if (section) await this.select(section, selected.id, false);
+    if (section) await this.select(section, selected.id, true); // a shared link shows its slice, scrolled into view
     if (this.state.range) await this.summarize(this.state.range);
   }
 }
@@ -461,6 +529,8 @@ async function main() {
   }
   page.render();
   await page.restore();
+  updateUrl(stateParams(page.state)); // what the link asked for, completed: replaces, then user actions push
+  page.settled = true;
 }
 
 main();

@@ -1,7 +1,7 @@
 // What is under the pointer: a row of the layout, and in a track row the slice, merged block or
 // counter value drawn there (from the section's last window answer).
 
-import { LANE_PX, RULER_PX, TRACK_PAD_PX } from "./layout.js";
+import { LANE_PX, RULER_PX, TRACK_PAD_PX, laneOf } from "./layout.js";
 import { timeScale } from "./renderer.js";
 
 const SLOP_PX = 2; // slices narrower than this are still hit within a couple of pixels
@@ -25,13 +25,20 @@ export function hitTest(scene, x, y) {
     const point = lastAtOrBefore(answer.points, t);
     return point ? { row, hit: { type: "counter", item: point, section: row.section } } : { row };
   }
-  const depth = Math.floor((y - RULER_PX + scene.scrollY - row.y - TRACK_PAD_PX) / LANE_PX);
-  const covers = (item) => item.depth === depth && t >= item.start_us - slop && t <= item.start_us + item.dur_us + slop;
-  const exact = (item) => item.depth === depth && t >= item.start_us && t <= item.start_us + item.dur_us;
-  const slice = answer.slices.find(exact) || answer.slices.find(covers);
+  const lane = Math.floor((y - RULER_PX + scene.scrollY - row.y - TRACK_PAD_PX) / LANE_PX);
+  const covers = (item) => laneOf(row, item.depth) === lane && t >= item.start_us - slop && t <= item.start_us + item.dur_us + slop;
+  const exact = (item) => laneOf(row, item.depth) === lane && t >= item.start_us && t <= item.start_us + item.dur_us;
+  const slice = deepest(answer.slices, exact) || deepest(answer.slices, covers);
   if (slice) return { row, hit: { type: "slice", item: slice, section: row.section } };
-  const block = answer.merged.find(exact) || answer.merged.find(covers);
+  const block = deepest(answer.merged, exact) || deepest(answer.merged, covers);
   return block ? { row, hit: { type: "merged", item: block, section: row.section } } : { row };
+}
+
+/** The deepest item that passes `test`: what a folded stack's last lane shows on top. */
+function deepest(items, test) {
+  let found = null;
+  for (const item of items) if (test(item) && (!found || item.depth > found.depth)) found = item;
+  return found;
 }
 
 function lastAtOrBefore(points, t) {

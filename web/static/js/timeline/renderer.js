@@ -3,7 +3,7 @@
 // Text from traces only ever reaches the canvas (fillText), never the DOM as markup.
 
 import { fmtBytes } from "../format.js";
-import { GROUP_PX, LANE_PX, RULER_PX, SECTION_PX, TRACK_PAD_PX, laneMiddle } from "./layout.js";
+import { GROUP_PX, LANE_PX, RULER_PX, SECTION_PX, TRACK_PAD_PX, laneMiddle, laneOf } from "./layout.js";
 import { fmtTime, rulerTicks } from "./viewport.js";
 
 const PALETTE = [
@@ -134,6 +134,13 @@ function drawTrackLabel(ctx, scene, row, y) {
   ctx.fillStyle = "#5e6875";
   const label = fitText(ctx, row.label, scene.gutter - 26);
   if (label) ctx.fillText(label, 20, y + Math.min(row.h, LANE_PX + 2 * TRACK_PAD_PX) / 2);
+  if (row.foldable) {
+    ctx.fillStyle = "#2f6fb3";
+    const note = row.folded
+      ? `\u25b8 ${row.stackDepth - row.lanes + 1} deeper levels folded`
+      : `\u25be ${row.stackDepth} levels \u00b7 fold`;
+    ctx.fillText(fitText(ctx, note, scene.gutter - 26) || "", 20, y + TRACK_PAD_PX + LANE_PX * 1.5);
+  }
   if (row.track.kind === "counter") {
     ctx.fillStyle = "#8a939f";
     ctx.fillText(`max ${counterLabel(row.track, row.track.max ?? 0)}`, 20, y + row.h - 9);
@@ -147,22 +154,22 @@ function drawSlices(ctx, scene, row, y, answer, stats) {
   const right = scene.width;
   const selected = scene.selected && scene.selected.section === row.section.index ? scene.selected.id : null;
   let selectedBox = null;
-  for (const block of answer.merged) {
+  for (const block of byLane(answer.merged, row)) {
     const x0 = Math.max(x(block.start_us + shift), left - 1);
     const x1 = Math.min(x(block.start_us + block.dur_us + shift), right + 1);
     if (x1 < left || x0 > right) continue;
-    const top = y + TRACK_PAD_PX + block.depth * LANE_PX;
+    const top = y + TRACK_PAD_PX + laneOf(row, block.depth) * LANE_PX;
     ctx.globalAlpha = 0.45 + 0.45 * Math.min(block.busy_us / Math.max(block.dur_us, 1e-9), 1);
     ctx.fillStyle = colorOf(block.name);
     ctx.fillRect(x0, top + 1, Math.max(x1 - x0, 1), LANE_PX - 2);
     ctx.globalAlpha = 1;
     stats.merged += 1;
   }
-  for (const slice of answer.slices) {
+  for (const slice of byLane(answer.slices, row)) {
     const x0 = x(slice.start_us + shift);
     const x1 = x(slice.start_us + slice.dur_us + shift);
     if (x1 < left || x0 > right) continue;
-    const top = y + TRACK_PAD_PX + slice.depth * LANE_PX;
+    const top = y + TRACK_PAD_PX + laneOf(row, slice.depth) * LANE_PX;
     const cx0 = Math.max(x0, left - 1);
     const w = Math.max(Math.min(x1, right + 1) - cx0, 1);
     ctx.fillStyle = colorOf(slice.name);
@@ -184,6 +191,14 @@ function drawSlices(ctx, scene, row, y, answer, stats) {
     ctx.strokeRect(...selectedBox);
     ctx.lineWidth = 1;
   }
+}
+
+/** Items in drawing order: a folded stack's last lane draws deeper items over shallower ones. */
+function byLane(items, row) {
+  if (!row.folded) return items;
+  const last = row.lanes - 1;
+  const deep = items.filter((item) => item.depth >= last).sort((a, b) => a.depth - b.depth);
+  return [...items.filter((item) => item.depth < last), ...deep];
 }
 
 function drawCounter(ctx, scene, row, y, answer, stats) {

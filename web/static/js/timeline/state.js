@@ -6,7 +6,9 @@
 // Added here: `align` (wall | start), `offsets` (µs per shown worker, in `workers` order),
 // `collapsed` / `hidden` (layout keys, see layout.js), `slice` + `slice_worker` + `slice_span` (a
 // slice id means something in one trace only: the selector may change worker or span and keep the
-// other parameters), `q` + `match`, `range` (start,end of a selected range).
+// other parameters), `q` + `match`, `range` (start,end of a selected range), `stacks=full` (CPU
+// stacks unfolded), `unfolded` (track keys whose fold differs from `stacks`), `compact=0` (several
+// ranks with every track, not only GPU streams and steps).
 
 const num = (text) => {
   const value = Number.parseFloat(text);
@@ -30,6 +32,10 @@ export function parseState(params) {
     view: start !== null && end !== null && end > start ? { start, end } : null,
     collapsed: new Set(list(params.collapsed)),
     hidden: new Set(list(params.hidden)),
+    unfolded: new Set(list(params.unfolded)),
+    stacks: params.stacks === "full" ? "full" : "folded",
+    compact: workers.length > 1 && params.compact !== "0",
+    keepLike: new Set(), // not in the URL: follows the selected slice (layout.js trackShown)
     selected:
       Number.isInteger(slice) && slice >= 0 && params.slice_worker && params.slice_span
         ? { worker: params.slice_worker, span: params.slice_span, id: slice }
@@ -54,6 +60,9 @@ export function stateParams(state) {
     end_us: state.view ? fixed(state.view.end) : null,
     collapsed: state.collapsed.size ? [...state.collapsed].join(",") : null,
     hidden: state.hidden.size ? [...state.hidden].join(",") : null,
+    unfolded: state.unfolded.size ? [...state.unfolded].join(",") : null,
+    stacks: state.stacks === "full" ? "full" : null,
+    compact: several && !state.compact ? 0 : null,
     slice: state.selected ? state.selected.id : null,
     slice_worker: state.selected ? state.selected.worker : null,
     slice_span: state.selected ? state.selected.span : null,

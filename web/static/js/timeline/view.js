@@ -235,6 +235,21 @@ export class TimelineView {
       .filter((b) => b.x + b.w > GUTTER_PX && b.x < this.width && b.y > RULER_PX && b.y < this.height);
   }
 
+  /** Every laid-out row with its top in canvas CSS px at the current scroll (for tests and tools). */
+  rowBoxes() {
+    return this.layout.rows.map((row) => ({
+      type: row.type,
+      section: row.section.index,
+      key: row.key,
+      track: row.track?.id ?? null,
+      group: row.group?.kind ?? null,
+      top: RULER_PX - this.scrollY + row.y,
+      h: row.h,
+      lanes: row.lanes ?? null,
+      folded: Boolean(row.folded),
+    }));
+  }
+
   /** The top of a track's row in canvas CSS px at the current scroll, or null when it is not laid out. */
   rowTop(sectionIndex, trackId) {
     const row = this.layout.trackRows.get(`${sectionIndex}/${trackId}`);
@@ -245,9 +260,11 @@ export class TimelineView {
   toggleRow(x, y) {
     const found = hitTest(this.scene(), x, y);
     const row = found?.row;
-    if (!row || (row.type !== "section" && row.type !== "group")) return false;
-    if (this.state.collapsed.has(row.key)) this.state.collapsed.delete(row.key);
-    else this.state.collapsed.add(row.key);
+    const foldable = row?.type === "track" && row.foldable && x < GUTTER_PX;
+    if (!row || (row.type !== "section" && row.type !== "group" && !foldable)) return false;
+    const keys = foldable ? this.state.unfolded : this.state.collapsed;
+    if (keys.has(row.key)) keys.delete(row.key);
+    else keys.add(row.key);
     this.refresh();
     return true;
   }

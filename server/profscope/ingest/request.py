@@ -1,0 +1,76 @@
+"""What a worker is asked to read: one file of any kind, and the cached queries to compute after the parse.
+
+``IngestRequest.for_file`` is the one way ``serve`` (the ingest pool), ``index`` and ``ingest`` build it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from profscope.cache import TraceCache
+from profscope.catalog import TraceFile
+from profscope.sources import Source
+
+if TYPE_CHECKING:
+    from profscope.analysis.payloads import Query
+
+log = logging.getLogger("profscope.ingest")
+
+
+@dataclass(frozen=True)
+class IngestRequest:
+    source: Source  # pickled to the worker; object-store sources carry options, never a live client
+    key: str
+    size: int
+    cache_key: str
+    cache_root: str
+    max_trace_bytes: int
+    kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
+    max_snapshot_bytes: int = 8 << 30
+    queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
+
+    @classmethod
+    def for_file(
+        cls,
+        file: TraceFile,
+        source: Source,
+        cache_root: str | Path,
+        queries: tuple[Query, ...],
+        max_trace_bytes: int,
+        max_snapshot_bytes: int = 8 << 30,
+        cache_key: str | None = None,
+    ) -> IngestRequest:
+        """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
+        ``serve``, ``index`` and ``ingest`` ask for a parse."""
+        return cls(
+            source=source,
+            key=file.key,
+            size=file.info.size,
+            cache_key=cache_key or file.cache_key,
+            cache_root=str(cache_root),
+            max_trace_bytes=max_trace_bytes,
+            kind=file.kind,
+            max_snapshot_bytes=max_snapshot_bytes,
+            queries=tuple(query for query in queries if query.kind == _QUERY_KIND.get(file.kind)),
+        )
+
+
+_QUERY_KIND = {"trace": "trace", "snapshot": "snapshot"}  # a memory.log has no queries: its router reads the log
+
+
+def write_query_results(cache: TraceCache, request: IngestRequest, source: Any, phase_s: dict[str, float]) -> dict:
+    """Compute and store every query of the request; returns the errors by query name (their results say so)."""
+    errors = {}
+    for query in request.queries:
+        mark = time.perf_counter()
+        value, error = query.compute(source)
+        cache.write_view(request.cache_key, query.stored_name, value)
+        phase_s[query.name] = time.perf_counter() - mark
+        if error is not None:
+            log.error("query %s failed for %s", query.name, request.key)
+            errors[query.name] = error
+    return errors

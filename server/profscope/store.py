@@ -1,0 +1,104 @@
+"""The store: what the routers read of a parsed file, through one object injected with FastAPI ``Depends``.
+
+It owns the results of the cached queries (read from the cache entry; a result whose query version is
+newer than the entry's is computed here from the stored tables, written next to the others, and never
+triggers a parse), and one bounded cache of loaded structures (memory-mapped tables, snapshot tables,
+the timeline index, structures a router derives from them), by key, least recently used first out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from profscope.analysis.context import TraceContext
+from profscope.analysis.payloads import Query
+from profscope.analysis.timeline_index import TimelineIndex
+from profscope.cache import TraceCache, dumps
+from profscope.snapshot_tables import SnapshotTables
+from profscope.tables import TraceTables
+
+log = logging.getLogger("profscope.store")
+
+LOADED_CAPACITY = 16  # loaded structures kept: a few files' tables, indexes and derived lookups
+
+
+class Store:
+    def __init__(self, cache: TraceCache, queries: Iterable[Query], capacity: int = LOADED_CAPACITY) -> None:
+        self.cache = cache
+        self.queries = {query.name: query for query in queries}
+        self.capacity = capacity
+        self._loaded: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._computing: dict[tuple[str, str], threading.Lock] = {}
+
+    # ---- cached query results ------------------------------------------------------------------
+    def result(self, cache_key: str, name: str) -> bytes | None:
+        """The stored JSON of query ``name`` (or of another file the ingest wrote, e.g. ``timeline``), None when
+        the file is not parsed yet or its entry is gone. A query the entry lacks (its version was bumped since
+        the parse) is computed now from the stored tables."""
+        query = self.queries.get(name)
+        if query is None:
+            return self.cache.read_view(cache_key, name)
+        data = self.cache.read_view(cache_key, query.stored_name)
+        if data is not None:
+            return data
+        summary = self.cache.summary(cache_key)
+        if summary is None or summary.get("kind", "trace") != query.kind:  # not parsed, or not that kind of file
+            return None
+        return self._recompute(cache_key, query)
+
+    def available(self, cache_key: str, name: str) -> bool:
+        """Whether ``result`` has an answer without a parse: stored, or computable from the stored tables."""
+        query = self.queries.get(name)
+        if query is None:
+            return self.cache.view_path(cache_key, name).exists()
+        return self.cache.view_path(cache_key, query.stored_name).exists() or self.cache.is_ready(cache_key)
+
+    def _recompute(self, cache_key: str, query: Query) -> bytes | None:
+        with self._lock:
+            lock = self._computing.setdefault((cache_key, query.name), threading.Lock())
+        with lock:  # concurrent requests for the same result compute it once
+            data = self.cache.read_view(cache_key, query.stored_name)
+            if data is not None:
+                return data
+            try:
+                source = self._query_input(cache_key, query.kind)
+            except (OSError, ValueError, KeyError):  # the entry was removed under us: the caller parses again
+                return None
+            value, _ = query.compute(source)
+            data = dumps(value)
+            self.cache.write_view(cache_key, query.stored_name, value)
+            log.info("computed %s v%d of %s from its stored tables", query.name, query.version, cache_key)
+            return data
+
+    def _query_input(self, cache_key: str, kind: str) -> Any:
+        if kind == "snapshot":
+            return self.snapshot_tables(cache_key)
+        return TraceContext(self.trace_tables(cache_key))
+
+    # ---- loaded structures ---------------------------------------------------------------------
+    def loaded(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """``build()``'s value, kept among the last ``capacity`` loaded structures."""
+        with self._lock:
+            if key in self._loaded:
+                self._loaded.move_to_end(key)
+                return self._loaded[key]
+        value = build()
+        with self._lock:
+            self._loaded[key] = value
+            while len(self._loaded) > self.capacity:
+                self._loaded.popitem(last=False)
+        return value
+
+    def trace_tables(self, cache_key: str) -> TraceTables:
+        return self.loaded(("tables", cache_key), lambda: TraceTables.load(self.cache.tables_dir(cache_key)))
+
+    def snapshot_tables(self, cache_key: str) -> SnapshotTables:
+        return self.loaded(("snapshot", cache_key), lambda: SnapshotTables.load(self.cache.tables_dir(cache_key)))
+
+    def timeline_index(self, cache_key: str) -> TimelineIndex:
+        return self.loaded(("timeline", cache_key), lambda: TimelineIndex.load(self.cache.timeline_dir(cache_key)))

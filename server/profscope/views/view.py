@@ -1,0 +1,59 @@
+"""What a view module declares: its page, its JSON twin's router, its cached queries, when it applies to a run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import APIRouter
+
+from profscope.analysis.payloads import Query
+
+NO_TRACE = "This run holds only memory snapshots or memory.log files: see Memory"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the views need to know of a run to say whether they apply to it."""
+
+    traces: int  # trace files (parsed or not)
+    kernels: bool  # a parsed trace has GPU kernels
+    memory: bool  # allocator snapshots, memory.log files, or a parsed trace with memory events
+    workers: int
+    distributed_info: bool  # the first trace records ``distributedInfo``
+    not_distributed: str | None = None  # why its traces are not ranks of one job (``docs/definitions.md``)
+
+
+def always(_: RunFacts) -> str | None:
+    return None
+
+
+def needs_a_trace(facts: RunFacts) -> str | None:
+    return None if facts.traces else NO_TRACE
+
+
+@dataclass(frozen=True)
+class View:
+    """One page: ``name`` is its path (``/name``) and its key in ``/api/runs``'s ``views``; ``label`` its tab.
+
+    ``run_tab``: the page shows one run and has a tab in the nav, available when ``applies`` returns
+    None, otherwise greyed out with the reason as its tooltip. ``path`` and ``in_nav`` are for the pages
+    that are not per run (the list of runs, a source file).
+    """
+
+    name: str
+    label: str
+    router: APIRouter | None
+    queries: tuple[Query, ...] = ()
+    applies: Callable[[RunFacts], str | None] = needs_a_trace
+    run_tab: bool = True
+    in_nav: bool = True
+    path: str = ""
+
+    @property
+    def page_path(self) -> str:
+        return self.path or f"/{self.name}"
+
+    @property
+    def template(self) -> str:
+        return f"{self.name}.html"

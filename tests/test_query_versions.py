@@ -1,0 +1,138 @@
+"""Every cached result is a versioned query: bumping one query's version recomputes that result alone,
+from the stored tables, without parsing the trace again (issue 12, item 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+import profscope.app
+from conftest import corpus_file
+from profscope.analysis.overview import overview_payload
+from profscope.analysis.payloads import Query, query_of
+from profscope.cache import TraceCache
+from profscope.catalog import TraceFile, build_runs
+from profscope.config import Settings
+from profscope.ingest.jobs import IngestRequest, run_ingest
+from profscope.sources import LocalSource
+from profscope.store import Store
+from profscope.views import overview
+from profscope.views.registry import VIEWS, queries
+
+TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
+OVERVIEW = query_of(overview_payload)
+
+
+def _catalogued(root: Path) -> TraceFile:
+    source = LocalSource(root)
+    runs = build_runs([("root", source.uri, source.list())])
+    (trace,) = [trace for run in runs.values() for trace in run.traces()]
+    return trace
+
+
+@pytest.fixture
+def parsed(tmp_path: Path) -> tuple[TraceFile, TraceCache]:
+    """A real trace parsed once, as a server's worker would, with the registry's queries at their versions."""
+    root = tmp_path / "root" / "cpu"
+    root.mkdir(parents=True)
+    shutil.copy(corpus_file(TINYGPT), root / Path(TINYGPT).name)
+    trace = _catalogued(tmp_path / "root")
+    cache = TraceCache(Settings(cache_dir=tmp_path / "cache").traces_cache)
+    request = IngestRequest.for_file(trace, LocalSource(tmp_path / "root"), cache.root, queries(), 1 << 30)
+    assert "error" not in run_ingest(request)
+    return trace, cache
+
+
+def _file_stamps(directory: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of every file: a file written again, or replaced, changes it."""
+    return {
+        str(p.relative_to(directory)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _counted(calls: Counter, name: str, build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def counting(source: Any) -> Any:
+        calls[name] += 1
+        return build(source)
+
+    return counting
+
+
+def _bumped(calls: Counter) -> Query:
+    """The Overview query after a formula change: a new version whose result says so."""
+
+    def new_formula(context: Any) -> dict[str, Any]:
+        calls["overview"] += 1
+        return {**overview_payload(context), "formula": "changed"}
+
+    return Query(OVERVIEW.name, OVERVIEW.version + 1, new_formula)
+
+
+def _refuse_parsing(monkeypatch: pytest.MonkeyPatch, calls: Counter) -> None:
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        calls["parse"] += 1
+        raise AssertionError("the trace was parsed again")
+
+    monkeypatch.setattr("profscope.ingest.jobs.parse_trace", parse)
+    monkeypatch.setattr("profscope.ingest.kineto.parse_trace", parse)
+
+
+def test_a_bumped_query_is_recomputed_alone_from_the_stored_tables(
+    parsed: tuple[TraceFile, TraceCache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace, cache = parsed
+    entry = cache.directory(trace.cache_key)
+    before = _file_stamps(entry)
+    calls: Counter = Counter()
+    _refuse_parsing(monkeypatch, calls)
+    trace_queries = [query for query in queries("trace") if query is not OVERVIEW]
+    others = [dataclasses.replace(query, build=_counted(calls, query.name, query.build)) for query in trace_queries]
+    store = Store(cache, [*others, _bumped(calls)])
+
+    old = orjson.loads(cache.read_view(trace.cache_key, OVERVIEW.stored_name))
+    new = orjson.loads(store.result(trace.cache_key, "overview"))
+    assert "formula" not in old and new["formula"] == "changed"
+    assert {k: v for k, v in new.items() if k != "formula"} == old  # same tables, same numbers
+    for query in others:
+        assert store.result(trace.cache_key, query.name) is not None
+    assert store.result(trace.cache_key, "overview") is not None  # now stored: not computed again
+
+    assert calls == Counter({"overview": 1}), "only the bumped query ran, once; nothing was parsed"
+    after = _file_stamps(entry)
+    new_file = f"views/{OVERVIEW.name}.v{OVERVIEW.version + 1}.json"
+    assert set(after) - set(before) == {new_file}
+    assert {name: stamp for name, stamp in after.items() if name != new_file} == before  # tables, results untouched
+
+
+def test_the_server_answers_a_bumped_query_without_parsing(
+    parsed: tuple[TraceFile, TraceCache], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The app, given a registry whose Overview query has a new version, serves the new result from the
+    cache entry an older version wrote: its ingest pool parses nothing."""
+    trace, _ = parsed
+    calls: Counter = Counter()
+    bumped_overview = dataclasses.replace(overview.VIEW, queries=(_bumped(calls),))
+    views = tuple(bumped_overview if view is overview.VIEW else view for view in VIEWS)
+    monkeypatch.setattr(profscope.app, "VIEWS", views)
+    settings = Settings(roots=[str(tmp_path / "root")], cache_dir=tmp_path / "cache", eager_ingest=False)
+    with TestClient(profscope.app.create_app(settings)) as client:
+        state = client.app.state.profscope
+        deadline = time.monotonic() + 30
+        while state.scans == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        response = client.get("/api/overview", params={"run": trace.run})
+        assert response.status_code == 200, response.text
+        assert response.json()["formula"] == "changed"
+        assert client.get("/api/runs").json()["runs"][0]["state"] == "ready"
+        assert state.ingest.counters["ingested"] == 0 and calls == Counter({"overview": 1})
