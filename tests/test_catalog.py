@@ -28,9 +28,11 @@ def test_classify(key: str, expected: tuple | None) -> None:
     assert classify(key) == expected
 
 
-def test_not_traces_are_listed_with_a_reason() -> None:
-    found = classify("x/prof.sqlite")
-    assert found is not None and "Nsight" in (found[3] or "")
+def test_nsys_reports_are_listed_with_how_to_export_them() -> None:
+    for name in ("x/prof.nsys-rep", "x/old.qdrep"):
+        found = classify(name)
+        assert found is not None and "nsys export --type sqlite" in (found[3] or "")
+    assert classify("x/prof.sqlite") is None  # an export: classify_nsys's, read by the nsys parser
 
 
 @pytest.mark.parametrize(

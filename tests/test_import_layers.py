@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "profscope.ingest.memory_log_job",
         ),
     ),
-    ("store", ("profscope.store", "profscope.shared_cache")),
+    ("store", ("profscope.store", "profscope.shared_cache", "profscope.cache_bounds")),
     ("views", ("profscope.views", "profscope.api", "profscope.pages")),
     (
         "app",
@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "profscope.metrics",
             "profscope.auth",
             "profscope.guard",
+            "profscope.http_protocol",
             "profscope.app",
             "profscope.indexer",
             "profscope.cli",

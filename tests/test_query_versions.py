@@ -84,7 +84,7 @@ def _refuse_parsing(monkeypatch: pytest.MonkeyPatch, calls: Counter) -> None:
         calls["parse"] += 1
         raise AssertionError("the trace was parsed again")
 
-    monkeypatch.setattr("profscope.ingest.jobs.parse_trace", parse)
+    monkeypatch.setattr("profscope.ingest.jobs.parse_any_trace", parse)  # the worker reads any Chrome trace
     monkeypatch.setattr("profscope.ingest.kineto.parse_trace", parse)
 
 

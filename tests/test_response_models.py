@@ -12,6 +12,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from conftest import corpus_file
+from nsys_export import two_rank_nccl_run
 from profscope.app import create_app
 from profscope.config import Settings
 from serving import running_server, wait_for
@@ -21,6 +22,7 @@ TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 DDP = "generated/tinygpt_ddp4_gloo"
 SNAPSHOT = "memory-snapshots/ZijianDu_Attention/memory.pickle"
 MEMORY_LOG = Path(__file__).resolve().parent / "data/internlm/memory_trace"
+PADDLE_GPU = Path(__file__).resolve().parent / "data/paddle/gpu"  # two hand-written ranks
 
 
 def _models() -> dict[tuple[str, str], Any]:
@@ -48,10 +50,14 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/overview", {"run": "cpu"}),
     ("GET", "/api/operators", {"run": "gpu"}),
     ("GET", "/api/operators", {"run": "gpu", "group_by": "operator_input_shape", "top": "5"}),
+    ("GET", "/api/overview", {"run": "nsys", "worker": "rank0", "step_range": "ncclAllReduce"}),  # a picked step
+    ("GET", "/api/operators", {"run": "nsys", "worker": "rank0"}),  # no operator: empty_reason says why
     ("GET", "/api/operators/stacks", {"run": "cpu", "name": "aten::mm"}),
     ("GET", "/api/kernels", {"run": "gpu"}),
     ("GET", "/api/kernels", {"run": "gpu", "group_by": "kernel_op"}),
     ("GET", "/api/kernels", {"run": "cpu"}),
+    ("GET", "/api/modules", {"run": "cpu"}),
+    ("GET", "/api/modules", {"run": "gpu"}),
     ("GET", "/api/memory", {"run": "gpu"}),
     ("GET", "/api/memory", {"run": "cpu"}),
     ("GET", "/api/memory/snapshot", {"run": "gpu"}),
@@ -66,7 +72,10 @@ REQUESTS: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/api/memory/log/layers", {"run": "memory_trace"}),
     ("GET", "/api/distributed", {"run": "ddp"}),
     ("GET", "/api/distributed", {"run": "cpu"}),  # not distributed: {applies: false, reason}
+    ("GET", "/api/paddle/summary", {"run": "paddle"}),
+    ("GET", "/api/paddle/summary", {"run": "cpu", "unit": "us"}),  # not Paddle's: {applies: false, reason}
     ("GET", "/api/runs/moved", {"run": "elsewhere/gpu"}),
+    ("GET", "/api/diff", {"run": "cpu", "base_run": "gpu"}),
     ("GET", "/api/timeline/tracks", {"run": "gpu"}),
     ("GET", "/api/timeline", {"run": "gpu", "width_px": "800"}),
     ("GET", "/api/timeline/slice", {"run": "gpu", "id": "5"}),
@@ -104,6 +113,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     shutil.copy(corpus_file(TINYGPT), root / "cpu" / Path(TINYGPT).name)
     shutil.copytree(corpus_file(DDP), root / "ddp")
     shutil.copytree(MEMORY_LOG, root / "memory_trace")
+    shutil.copytree(PADDLE_GPU, root / "paddle", ignore=shutil.ignore_patterns("*.py"))
+    (root / "nsys").mkdir()
+    two_rank_nccl_run(root / "nsys")  # Nsight Systems exports
     sources = tmp_path_factory.mktemp("sources")
     (sources / "train.py").write_text("import torch\n\nmodel = torch.nn.Linear(4, 4)\n")
     cache = tmp_path_factory.mktemp("cache") / "c"
@@ -114,7 +126,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 def _parsed(base: str) -> bool:
     runs = httpx.get(f"{base}/api/runs").json()["runs"]
-    return len(runs) == 4 and all(run["state"] == "ready" for run in runs)
+    return len(runs) == 6 and all(run["state"] == "ready" for run in runs)
 
 
 @pytest.mark.parametrize(("method", "path", "query"), REQUESTS, ids=[f"{p}?{q}" for _, p, q in REQUESTS])

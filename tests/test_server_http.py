@@ -58,8 +58,9 @@ def test_runs_are_listed_and_parsed(server) -> None:  # type: ignore[no-untyped-
     assert set(runs) == {"resnet", "cpu", "broken"}
     assert runs["resnet"]["state"] == "ready" and runs["resnet"]["progress"] == 1.0
     assert runs["resnet"]["workers"] == [{"worker": "worker0", "spans": ["1623143089861"]}]
-    assert runs["resnet"]["views"] == ["overview", "operators", "kernels", "memory", "trace"]  # both record [memory]
-    assert runs["cpu"]["views"] == ["overview", "operators", "memory", "trace"]
+    views = ["overview", "operators", "kernels", "modules", "memory", "diff", "trace"]
+    assert runs["resnet"]["views"] == views  # both record [memory]
+    assert runs["cpu"]["views"] == ["overview", "operators", "modules", "memory", "diff", "trace"]
 
 
 def test_views_over_http_equal_the_analysis(server) -> None:  # type: ignore[no-untyped-def]

@@ -14,8 +14,13 @@ Layout rules (what people really have):
   in a rank folder (``memory_trace/rank0_dp0_tp0/memory.log``) the folder is the worker and its parent
   the run, so InternLM's ``memory_trace/`` stands as a run of its own; elsewhere the worker is the rank
   in the folder's name, else the folder's name;
-- files that are clearly not kineto traces (Nsight exports) are listed with the reason they are
-  not read as traces.
+- PaddlePaddle's ``export_chrome_tracing`` names ``{worker}_time_{Y_m_d_H_M_S_us}.paddle_trace.json``
+  (worker ``host_{hostname}pid_{pid}`` by default, one per rank): the time stamp names the span;
+- Nsight Systems SQLite exports (``*.sqlite``) are traces of their own kind (``NSYS``), named like the
+  others: a rank folder, ``rank3`` in the name (``megatron_rank3.sqlite``), or, when every export of a
+  folder is one prefix plus a number (``-o prof_%q{RANK}`` gives ``prof_0.sqlite``, ``prof_1.sqlite``),
+  that number as the rank; whether the file really is an export is the parser's to say (by content);
+- Nsight reports (``.nsys-rep``, ``.qdrep``) are listed with how to export them.
 """
 
 from __future__ import annotations
@@ -29,16 +34,22 @@ from profscope import parser_versions
 from profscope.sources.base import ObjectInfo
 
 _HANDLER_NAME = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
+_PADDLE_NAME = re.compile(r"^(?P<worker>.+?)_time_(?P<stamp>[\d_]+)\.paddle_trace\.json(?:\.gz)?$")
 _PLAIN_JSON = re.compile(r"^(?P<stem>.+?)\.json(?:\.gz)?$")
 _RANK_FOLDER = re.compile(r"^rank\d+(?:_[A-Za-z]+\d+)*$")
 _MEMORY_SNAPSHOT = re.compile(r"\.(pickle|pkl)$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-TRACE, SNAPSHOT, MEMORY_LOG = "trace", "snapshot", "memory_log"
+_NSYS_EXPORT = re.compile(r"\.sqlite$")
+_NUMBERED_STEM = re.compile(r"^(?P<prefix>.*?[_.-])(?P<number>\d+)$")
+TRACE, SNAPSHOT, MEMORY_LOG, NSYS = "trace", "snapshot", "memory_log", "nsys"
+TABLE_KINDS = (TRACE, NSYS)  # files parsed into event tables: every trace view reads them
 MEMORY_LOG_NAME = "memory.log"
+EXPORT_HINT = "export it with `nsys export --type sqlite FILE.nsys-rep` (profscope cannot read the binary format)"
 _NOT_TRACES = {
-    ".sqlite": "an Nsight Systems SQLite export; profscope reads torch.profiler (kineto) Chrome traces",
-    ".nsys-rep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
-    ".qdrep": "an Nsight Systems report; profscope reads torch.profiler (kineto) Chrome traces",
+    ".nsys-rep": f"an Nsight Systems report: {EXPORT_HINT}",
+    ".qdrep": f"an Nsight Systems report: {EXPORT_HINT}",
+    ".paddle_trace.pb": "a PaddlePaddle protobuf profile (export_protobuf); profscope reads the JSON of "
+    "paddle.profiler.export_chrome_tracing",
 }
 _TRACE_LIKE = re.compile(r"\.(json|json\.gz|raw\.gz)$")
 DEFAULT_SPAN = "default"
@@ -52,7 +63,7 @@ class TraceFile:
     worker: str
     span: str
     refusal: str | None = None  # set when the file is listed but not read as a trace
-    kind: str = TRACE  # or SNAPSHOT (a CUDA allocator snapshot) or MEMORY_LOG: read by the Memory view
+    kind: str = TRACE  # or NSYS (an Nsight Systems export), SNAPSHOT or MEMORY_LOG (read by the Memory view)
 
     @property
     def key(self) -> str:
@@ -62,12 +73,24 @@ class TraceFile:
     def cache_key(self) -> str:
         """Identity of the parsed result: changes when the object or the parser changes."""
         version = {
-            TRACE: parser_versions.TRACE,
+            TRACE: _trace_parser_version(self.info.key),
+            NSYS: f"nsys{parser_versions.NSYS}",
             SNAPSHOT: f"snapshot{parser_versions.SNAPSHOT}",
             MEMORY_LOG: f"memorylog{parser_versions.MEMORY_LOG}",
         }[self.kind]
         text = f"{self.source}\0{self.info.key}\0{self.info.size}\0{self.info.version}\0{version}"
         return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _trace_parser_version(key: str) -> str:
+    """Paddle's parser has a version of its own: files named as Paddle names them carry it too.
+
+    (A Paddle trace under another name is still read as one, by content, but its cached tables are
+    only invalidated with the kineto parser's version.)
+    """
+    if _PADDLE_NAME.match(PurePosixPath(key).name):
+        return f"{parser_versions.TRACE}.paddle{parser_versions.PADDLE}"
+    return str(parser_versions.TRACE)
 
 
 @dataclass
@@ -76,7 +99,7 @@ class Run:
     files: list[TraceFile] = field(default_factory=list)
 
     def traces(self) -> list[TraceFile]:
-        return [f for f in self.files if f.refusal is None and f.kind == TRACE]
+        return [f for f in self.files if f.refusal is None and f.kind in TABLE_KINDS]
 
     def snapshots(self) -> list[TraceFile]:
         """Allocator snapshots, by worker then name (``span`` holds the snapshot's name)."""
@@ -182,6 +205,9 @@ def classify(key: str) -> tuple[str, str, str, str | None] | None:
     handler = _HANDLER_NAME.match(name)
     if handler:
         return folder, handler.group("worker"), handler.group("span") or DEFAULT_SPAN, None
+    paddle = _PADDLE_NAME.match(name)
+    if paddle:
+        return folder, paddle.group("worker"), paddle.group("stamp").replace("_", ""), None
     plain = _PLAIN_JSON.match(name)
     if plain:
         return folder, plain.group("stem"), DEFAULT_SPAN, None
@@ -193,12 +219,26 @@ def classify_snapshot(key: str) -> tuple[str, str, str] | None:
     path = PurePosixPath(key)
     if not _MEMORY_SNAPSHOT.search(path.name.lower()):
         return None
+    return _per_rank_file(path, path.stem)
+
+
+def classify_nsys(key: str) -> tuple[str, str, str] | None:
+    """(run folder, worker, span) of an Nsight Systems SQLite export, or None when the key is not one."""
+    path = PurePosixPath(key)
+    if not _NSYS_EXPORT.search(path.name.lower()):
+        return None
+    return _per_rank_file(path, DEFAULT_SPAN)
+
+
+def _per_rank_file(path: PurePosixPath, span: str) -> tuple[str, str, str]:
+    """(run folder, worker, span) of a file written per rank: in a rank folder, the folder is the worker (and
+    the file's stem the span); elsewhere the rank in its name (``oom_rank-3_*`` -> ``rank3``), else its stem."""
     folder = str(path.parent) if str(path.parent) != "." else ""
     if _RANK_FOLDER.match(path.parent.name):
         run_folder = str(path.parent.parent) if str(path.parent.parent) != "." else ""
         return run_folder, path.parent.name, path.stem
     rank = _RANK_IN_NAME.search(path.stem)
-    return folder, f"rank{rank.group(1)}" if rank else path.stem, path.stem
+    return folder, f"rank{rank.group(1)}" if rank else path.stem, span
 
 
 def classify_memory_log(key: str) -> tuple[str, str, str] | None:
@@ -235,9 +275,12 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, R
         for info in objects:
             kind = TRACE
             found = classify(info.key)
-            snapshot = classify_snapshot(info.key) if found is None else None
+            nsys = classify_nsys(info.key) if found is None else None
+            snapshot = classify_snapshot(info.key) if found is None and nsys is None else None
             memory_log = classify_memory_log(info.key) if found is None and snapshot is None else None
-            if snapshot is not None:
+            if nsys is not None:
+                kind, found = NSYS, (*nsys, None)
+            elif snapshot is not None:
                 kind, found = SNAPSHOT, (*snapshot, None)
             elif memory_log is not None:
                 kind, found = MEMORY_LOG, (*memory_log, None)
@@ -253,8 +296,26 @@ def build_runs(listings: list[tuple[str, str, list[ObjectInfo]]]) -> dict[str, R
                 TraceFile(source=uri, info=info, run=run_name, worker=worker, span=span, refusal=refusal, kind=kind)
             )
     for run in runs.values():
+        _rank_numbered_exports(run)
         _make_spans_unique(run)
     return dict(sorted(runs.items()))
+
+
+def _rank_numbered_exports(run: Run) -> None:
+    """``prof_0.sqlite``, ``prof_1.sqlite``, ... (``nsys -o prof_%q{RANK}``): the number is the rank.
+
+    Only when every export of the run without a rank in its name is the same prefix plus a distinct
+    number: a lone ``report_1234.sqlite`` (``%p``, a pid) keeps its name.
+    """
+    unnamed = [f for f in run.files if f.kind == NSYS and not f.worker.startswith("rank")]
+    numbered = [_NUMBERED_STEM.match(f.worker) for f in unnamed]
+    if len(unnamed) < 2 or not all(numbered):
+        return
+    prefixes = {m.group("prefix") for m in numbered if m}
+    numbers = [int(m.group("number")) for m in numbered if m]
+    if len(prefixes) == 1 and len(set(numbers)) == len(numbers):
+        for export, number in zip(unnamed, numbers, strict=True):
+            export.worker = f"rank{number}"
 
 
 def moved_run(name: str, runs: list[str], labels: list[str]) -> str | None:

@@ -150,6 +150,8 @@ class Profscope:
             log.warning("%s is readable again", root.uri)
         elif root.error is not None:
             log.info("%s can be listed now: %d files", root.uri, len(objects))
+        if not objects and (root.objects or not root.listed_at):
+            log.info("%s holds no file (yet): listed again every %s s", root.uri, self.settings.rescan_seconds)
         root.error, root.listed_at, root.objects = None, time.time(), objects
         return recovered
 
@@ -313,6 +315,7 @@ class Profscope:
             workers=len(run.workers()),
             distributed_info=bool(first.get("distributed")),
             not_distributed=self.not_distributed_reason(run),
+            trace_format=first.get("format"),
         )
 
     def views_of(self, facts: RunFacts) -> dict[str, str | None]:

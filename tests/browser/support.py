@@ -85,3 +85,22 @@ def wait_for_plot(target, selector: str, marks: str, timeout_ms: int = 20_000) -
 
 PIE_SLICES = "g.slice path.surface"
 BARS = "g.trace.bars g.point path"
+
+
+TRACE_HOOK = "window.__profscopeTrace"  # the Trace page's test hook (web/static/js/pages/trace.js)
+
+
+def canvas_box(page) -> dict:
+    return page.get_by_test_id("timeline").bounding_box()
+
+
+def scroll_to_track(page, section: int, track: str) -> None:
+    """On the Trace page, scroll the rows with the mouse wheel until the track's row is on screen."""
+    box = canvas_box(page)
+    top = page.evaluate(f"([i, t]) => {TRACE_HOOK}.rowTop(i, t)", [section, track])
+    page.mouse.move(box["x"] + 600, box["y"] + 200)
+    page.mouse.wheel(0, top - 200)
+    page.wait_for_function(
+        f"([i, t, h]) => {TRACE_HOOK}.rowTop(i, t) >= 26 && {TRACE_HOOK}.rowTop(i, t) < h - 20",
+        arg=[section, track, box["height"]],
+    )

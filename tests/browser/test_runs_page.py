@@ -65,3 +65,36 @@ def test_runs_empty_state_names_the_roots(page, tmp_path):
         screenshot(page, "runs-empty")
     finally:
         other.stop()
+
+
+def test_an_empty_root_beside_others_says_it_is_listed_again(page, tmp_path):
+    """A root with no file yet (a bucket prefix before training writes, an empty folder) beside a root with
+    runs: a neutral note names it, instead of silence."""
+    empty = tmp_path / "later"
+    empty.mkdir()
+    with_runs = tmp_path / "runs" / "job"
+    with_runs.mkdir(parents=True)
+    trace = '{"traceEvents": [{"ph": "X", "name": "op", "ts": 1, "dur": 2}]}'
+    (with_runs / "worker0.1.pt.trace.json").write_text(trace)
+    other = start_server([tmp_path / "runs", empty], tmp_path / "cache", tmp_path / "server.log")
+    try:
+        page.goto(other.url + "/")
+        page.get_by_test_id("runs-table").wait_for()
+        note = page.get_by_test_id("root-empty")
+        note.wait_for()
+        assert f"Nothing under {empty} yet" in note.inner_text()
+        assert page.get_by_test_id("root-empty").count() == 1  # the root with runs has no note
+        screenshot(page, "runs-empty-root")
+    finally:
+        other.stop()
+
+
+def test_view_links_carry_the_registry_labels(page, server):
+    """Each run's view links read as the nav's tabs (both from views/registry.py), never a bare view name."""
+    page.goto(server.url + "/")
+    page.get_by_test_id("runs-table").wait_for()
+    nav = {a.get_attribute("data-nav"): a.inner_text().strip() for a in page.locator("a[data-nav]").all()}
+    links = page.locator('tr[data-run="resnet50_num_workers_0"] .view-links a')
+    shown = [(link.get_attribute("href").split("?")[0].lstrip("/"), link.inner_text()) for link in links.all()]
+    assert shown and all(text == nav[view] for view, text in shown), shown
+    assert ("modules", "Module") in shown

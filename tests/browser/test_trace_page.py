@@ -12,12 +12,24 @@ from urllib.parse import quote
 
 import pytest
 
-from .support import BARS, Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import (
+    BARS,
+    TRACE_HOOK,
+    Server,
+    canvas_box,
+    corpus_path,
+    get_json,
+    query_of,
+    screenshot,
+    scroll_to_track,
+    start_server,
+    wait_for_plot,
+)
 
 pytestmark = pytest.mark.browser
 
 RESNET = "run=resnet50_num_workers_0&worker=worker0&span=1623143089861"
-HOOK = "window.__profscopeTrace"
+HOOK = TRACE_HOOK
 B200 = "traces/AMD-AGI_TraceLens/tests/traces/b200"  # NCCL rank 0 of 8 on a B200, kernels overlapping on a stream
 
 
@@ -64,21 +76,6 @@ def wait_text(page, testid: str, text: str) -> None:
 
 def wait_selected(page, slice_id: int) -> None:
     page.wait_for_function(f"(id) => {HOOK}.selected && {HOOK}.selected.id === id", arg=slice_id)
-
-
-def canvas_box(page) -> dict:
-    return page.get_by_test_id("timeline").bounding_box()
-
-
-def scroll_to_track(page, section: int, track: str) -> None:
-    """Scroll the rows with the mouse wheel until the track's row is on screen."""
-    box = canvas_box(page)
-    top = page.evaluate(f"([i, t]) => {HOOK}.rowTop(i, t)", [section, track])
-    page.mouse.move(box["x"] + 600, box["y"] + 200)
-    page.mouse.wheel(0, top - 200)
-    page.wait_for_function(
-        f"([i, t, h]) => {HOOK}.rowTop(i, t) >= 26 && {HOOK}.rowTop(i, t) < h - 20", arg=[section, track, box["height"]]
-    )
 
 
 def track_id(page, section: int, predicate) -> str:

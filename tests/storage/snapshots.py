@@ -36,6 +36,7 @@ def runs_when_parsed(base: str, count: int, timeout: float = 120.0) -> dict[str,
 
 # The API routes behind each page a run lists (run["views"]); the Trace view reads the tables and its index.
 VIEW_ROUTES = {
+    "diff": [],  # compares two traces: nothing of one run to snapshot (tests/test_diff_http.py)
     "overview": ["/api/overview"],
     "operators": ["/api/operators"],
     "kernels": ["/api/kernels"],

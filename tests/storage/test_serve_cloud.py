@@ -14,6 +14,8 @@ from serving import running_server, wait_for
 from .conftest import Bucket, new_bucket
 from .snapshots import TRACES, corpus_tree, runs_when_parsed, snapshot
 
+# The views of a run of one GPU trace with [memory] events
+TRACE_RUN_VIEWS = ["overview", "operators", "kernels", "modules", "memory", "diff", "trace"]
 FAST_RESCAN = ("--rescan-seconds", "0.5", "--storage-attempts", "2", "--storage-timeout", "5")
 IDENT = ("run", "worker", "span", "file")
 
@@ -37,7 +39,7 @@ def test_a_bucket_serves_what_local_disk_serves(
     with running_server([bucket.uri("runs")], tmp_path / "cache") as base:  # type: ignore[list-item]
         runs = runs_when_parsed(base, len(TRACES))
         assert snapshot(base, runs) == local_snapshot
-        assert local_snapshot["resnet"]["views"] == ["overview", "operators", "kernels", "memory", "trace"]
+        assert local_snapshot["resnet"]["views"] == TRACE_RUN_VIEWS
         (root,) = httpx.get(f"{base}/api/runs").json()["roots"]
         assert root["root"] == bucket.uri("runs") and root["error"] is None and root["objects"] == 5
 
@@ -86,7 +88,7 @@ def test_a_changed_object_is_read_again_and_a_deleted_one_disappears(
         bucket.put("runs/job/worker0.1.pt.trace.json.gz", resnet.read_bytes())  # overwritten in place
         wait_for(lambda: _payload(base, "job", "1") == expected["resnet"], timeout=90, interval=0.3)
         run = runs_when_parsed(base, 1)["job"]
-        assert run["views"] == ["overview", "operators", "kernels", "memory", "trace"]
+        assert run["views"] == TRACE_RUN_VIEWS
         assert _payload(base, "job", "2") == expected["tinygpt"]
 
         bucket.delete("runs/job/worker0.2.pt.trace.json.gz")
@@ -96,3 +98,20 @@ def test_a_changed_object_is_read_again_and_a_deleted_one_disappears(
 
         bucket.delete("runs/job/worker0.1.pt.trace.json.gz")
         wait_for(lambda: httpx.get(f"{base}/api/runs").json()["runs"] == [])
+
+
+def test_an_empty_prefix_is_listed_again_until_its_files_come(s3_bucket: Bucket, tmp_path: Path) -> None:
+    """A bucket prefix with nothing under it yet (training has not written a trace): the root answers with no
+    error and 0 objects, the log says it is listed again, and the run appears once a file is uploaded."""
+    tiny = sorted(corpus_file(TRACES["tinygpt"]).iterdir())[0]
+    cache = tmp_path / "cache"
+    with running_server([s3_bucket.uri("later")], cache, *FAST_RESCAN, "--log-level", "info") as base:  # type: ignore[list-item]
+        wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200)
+        (root,) = httpx.get(f"{base}/api/runs").json()["roots"]
+        assert root["error"] is None and root["objects"] == 0 and root["listed_at"]
+        log = next(tmp_path.glob("server-cache-*.log"))
+        assert "holds no file (yet)" in log.read_text()
+        s3_bucket.put("later/job/worker0.1.pt.trace.json.gz", tiny.read_bytes())
+        runs = runs_when_parsed(base, 1)
+        assert list(runs) == ["job"]
+        assert log.read_text().count("holds no file (yet)") == 1  # said once, not at every rescan

@@ -44,3 +44,15 @@ def match_keys(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, missin
         return np.full(len(queries), missing, dtype=np.int64)
     position = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
     return np.where(keys[position] == queries, np.asarray(values)[position], missing).astype(np.int64)
+
+
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every node of a forest given as parent indices (negative for roots)."""
+    depth = np.zeros(len(parent), dtype=np.int64)
+    ancestor = np.asarray(parent).copy()
+    climbing = ancestor >= 0
+    while climbing.any():
+        depth[climbing] += 1
+        ancestor[climbing] = parent[ancestor[climbing]]
+        climbing = ancestor >= 0
+    return depth

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import lookup, match_keys
+from profscope.analysis.arrays import depths, lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -83,7 +83,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         lambda s: (
             s in name_rules.EXCLUDED_OPERATOR_NAMES
             or name_rules.is_optimizer(s)
-            or name_rules.is_profiler_step(s)
+            or name_rules.is_step_range(s)
             or name_rules.is_dataloader(s)
         ),
     )
@@ -183,7 +183,7 @@ def _device_launches(
 def _row_owners(tree_parent: np.ndarray, is_row: np.ndarray) -> np.ndarray:
     """Per node, the nearest operator row at or above it (ROOT when there is none)."""
     owner = np.where(is_row, np.arange(len(is_row)), ROOT)
-    depth = _depths(tree_parent)
+    depth = depths(tree_parent)
     for level in range(1, int(depth.max(initial=0)) + 1):  # parents first, so owners flow down
         nodes = np.flatnonzero((depth == level) & ~is_row)
         owner[nodes] = owner[tree_parent[nodes]]
@@ -243,7 +243,7 @@ def _node_sums(
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()
-    depth = _depths(tree_parent)
+    depth = depths(tree_parent)
     for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first, so sums flow to the roots
         nodes = np.flatnonzero(depth == level)
         parents = tree_parent[nodes]
@@ -275,18 +275,6 @@ def _children_time(
     row_child = is_row & (row_above >= 0)
     np.add.at(children, row_above[row_child], host_total[row_child])
     return children
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every node of a forest given as parent indices (-1 for roots)."""
-    depth = np.zeros(len(parent), dtype=np.int64)
-    ancestor = parent.copy()
-    climbing = ancestor >= 0
-    while climbing.any():
-        depth[climbing] += 1
-        ancestor[climbing] = parent[ancestor[climbing]]
-        climbing = ancestor >= 0
-    return depth
 
 
 def _nest(

@@ -156,11 +156,11 @@ def _memo_stacks(context: TraceContext) -> list[str]:
     return context.memo("node_stacks", lambda: node_stacks(context.tables, context.tree))
 
 
-@payload("operators.stacks.operator")
+@payload("operators.stacks.operator", version=2)
 def stacks_by_name(context: TraceContext) -> dict[str, Any]:
     return stacks_by_operator(context.tables, context.tree, "operator", _memo_stacks(context))
 
 
-@payload("operators.stacks.operator_input_shape")
+@payload("operators.stacks.operator_input_shape", version=2)
 def stacks_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
     return stacks_by_operator(context.tables, context.tree, "operator_input_shape", _memo_stacks(context))

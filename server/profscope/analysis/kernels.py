@@ -119,7 +119,7 @@ def kernels_by_name(context: TraceContext) -> dict[str, Any]:
     return {"group_by": "kernel", "rows": rows, "tensor_cores": tensor_core_split(rows)}
 
 
-@payload("kernels.kernel_op", version=2)
+@payload("kernels.kernel_op", version=3)
 def kernels_by_launch(context: TraceContext) -> dict[str, Any]:
     rows = kernel_rows(context.tables, context.tree, "kernel_op")
     return {"group_by": "kernel_op", "rows": rows, "tensor_cores": tensor_core_split(rows)}

@@ -139,7 +139,7 @@ def _nest_with_records(
     return parent, record_node
 
 
-@payload("memory.attribution")
+@payload("memory.attribution", version=2)
 def memory_attribution(context: TraceContext) -> dict[str, Any]:
     if context.tables.row_count("memory") == 0:
         return {}

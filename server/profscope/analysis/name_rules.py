@@ -13,6 +13,8 @@ import numpy as np
 from profscope.tables import StringTable
 
 PROFILER_STEP_PREFIX = "ProfilerStep#"
+# PaddlePaddle's profiler names its steps "ProfileStep#N"
+PROFILER_STEP_PREFIXES = (PROFILER_STEP_PREFIX, "ProfileStep#")
 
 # torch-tb-profiler's kernel-name patterns for tensor-core kernels (from NVIDIA PyProf's tc.py).
 TENSOR_CORE_KERNEL_PATTERNS = (
@@ -90,7 +92,12 @@ TENSOR_CORE_ELIGIBLE_OPS = frozenset(
 # Host ops that are not "operators" in the operator table (torch-tb-profiler's ExcludeOpName + node types).
 EXCLUDED_OPERATOR_NAMES = frozenset(("DataParallel.forward", "DistributedDataParallel.forward"))
 
-_COMM_OP = re.compile(r"^(nccl:|gloo:|c10d::|ucc:|mpi:|hccl:|xccl:)|^record_param_comms$")
+# ... and NCCL's own NVTX ranges of its API calls (Nsight Systems exports: ``ncclAllReduce``, ``ncclSend``,
+# ``ncclGroupStart``), whole names only: kernels are ``ncclDevKernel_*`` / ``ncclKernel_*``.
+_COMM_OP = re.compile(
+    r"^(nccl:|gloo:|c10d::|ucc:|mpi:|hccl:|xccl:)|^record_param_comms$"
+    r"|^nccl(?:All[A-Za-z]*|Reduce[A-Za-z]*|Broadcast|Bcast|Send|Recv|Gather|Scatter|Group(?:Start|End))$"
+)
 # The backend's own record of a collective (ProcessGroupNCCL / Gloo / UCC / MPI ... name it
 # "<backend>:<collective>"); c10d::* and record_param_comms are the front-end call around it.
 _BACKEND_COMM_OP = re.compile(r"^(nccl|gloo|ucc|mpi|hccl|xccl|rccl):")
@@ -105,12 +112,39 @@ _COMM_KERNEL = re.compile(
 
 
 def is_profiler_step(name: str) -> bool:
-    return name.startswith(PROFILER_STEP_PREFIX)
+    return name.startswith(PROFILER_STEP_PREFIXES)
+
+
+def profiler_step_id(name: str) -> str:
+    """The N of a ``ProfilerStep#N`` (or Paddle's ``ProfileStep#N``) name."""
+    return name.split("#", 1)[1]
+
+
+# Ranges people wrap training steps in when there is no ProfilerStep#N (Nsight Systems runs, NVTX or
+# record_function): "iteration 12", "iteration12", "iter_3", "step 7", "train_step 4", "Batch 0".
+_STEP_RANGE = re.compile(
+    r"^(?:iteration|iter|step|train[ _]?step|training[ _]?step|batch)(?:[ _#:=-]*(?:num|no|number)\.?)?[ _#:=-]*(\d+)$",
+    re.IGNORECASE,
+)
+
+
+def step_range_number(name: str) -> str | None:
+    """The step number of a ``ProfilerStep#N`` (``ProfileStep#N``) or step-like range name, else None."""
+    if is_profiler_step(name):
+        return profiler_step_id(name)
+    found = _STEP_RANGE.match(name)
+    return found.group(1) if found else None
+
+
+def is_step_range(name: str) -> bool:
+    return step_range_number(name) is not None
 
 
 def is_dataloader(name: str) -> bool:
-    return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) or name.startswith(
-        "enumerate(DataPipe)#"
+    return (
+        (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__"))
+        or name.startswith("enumerate(DataPipe)#")
+        or name.startswith("_DataLoaderIter")  # Paddle's _DataLoaderIterSingleProcess / MultiProcess
     )
 
 

@@ -84,6 +84,17 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     return rows
 
 
+def why_no_operators(tables: TraceTables, rows: list[dict[str, Any]]) -> str | None:
+    """What the page says when there is no operator: for an Nsight Systems export, how to get them."""
+    if rows or tables.meta.get("format") != "nsys":
+        return None
+    return (
+        "This Nsight Systems export has no operator ranges. Operators come from the NVTX ranges of "
+        "torch.autograd.profiler.emit_nvtx(record_shapes=True) (as Megatron's --profile records them): "
+        "profile inside it to see aten ops, their shapes and their device time here."
+    )
+
+
 def time_accounting(tables: TraceTables, tree: CallTree) -> dict[str, float]:
     """Where the Operator view's time comes from, so its rows can be checked to add up.
 
@@ -120,19 +131,23 @@ def _has_row_above(tree: CallTree) -> np.ndarray:
     return above
 
 
-@payload("operators.operator", version=2)
+@payload("operators.operator", version=3)
 def operators_by_name(context: TraceContext) -> dict[str, Any]:
+    rows = operator_rows(context.tables, context.tree, "operator")
     return {
         "group_by": "operator",
-        "rows": operator_rows(context.tables, context.tree, "operator"),
+        "rows": rows,
         "accounting": time_accounting(context.tables, context.tree),
+        "empty_reason": why_no_operators(context.tables, rows),
     }
 
 
-@payload("operators.operator_input_shape", version=2)
+@payload("operators.operator_input_shape", version=3)
 def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
+    rows = operator_rows(context.tables, context.tree, "operator_input_shape")
     return {
         "group_by": "operator_input_shape",
-        "rows": operator_rows(context.tables, context.tree, "operator_input_shape"),
+        "rows": rows,
         "accounting": time_accounting(context.tables, context.tree),
+        "empty_reason": why_no_operators(context.tables, rows),
     }

@@ -25,7 +25,7 @@ from profscope.analysis.device_activity import (
     device_kernels,
 )
 from profscope.analysis.payloads import payload
-from profscope.analysis.steps import Steps
+from profscope.analysis.steps import Steps, find_steps
 from profscope.tables import Kind, TraceTables
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
@@ -43,7 +43,7 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     comm_kernel = communication_device_rows(tables, tree)
     comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
     dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
-    step_name = name_rules.string_mask(strings, name_rules.is_profiler_step)
+    step_name = name_rules.string_mask(strings, name_rules.is_step_range)
     host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
     masks = {
@@ -287,9 +287,40 @@ def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[st
             else []
         ),
         "steps_from_profiler_steps": steps.from_profiler_steps,
+        "step_ranges": step_range_candidates(tables),
     }
 
 
-@payload("overview", version=2)
+STEP_RANGE_CANDIDATES = 12
+
+
+def step_range_candidates(tables: TraceTables) -> list[dict[str, Any]]:
+    """Annotation ranges (NVTX, record_function) that repeat: the names a user may pick as the step.
+
+    The most frequent first; operators (``aten::``) are left out, they are no steps.
+    """
+    events = tables.events
+    rows = np.flatnonzero(np.asarray(events["kind"]) == Kind.USER_ANNOTATION)
+    names, counts = np.unique(np.asarray(events["name"])[rows], return_counts=True)
+    repeated = counts >= 2
+    order = np.lexsort((names[repeated], -counts[repeated]))
+    found = []
+    for name_id, count in zip(names[repeated][order].tolist(), counts[repeated][order].tolist(), strict=True):
+        name = tables.strings[name_id]
+        if not name_rules.is_profiler_step(name):
+            found.append({"name": name, "count": count})
+        if len(found) == STEP_RANGE_CANDIDATES:
+            break
+    return found
+
+
+def overview_for_step_range(context: TraceContext, step_range: str) -> dict[str, Any]:
+    """The Overview with the host ranges named ``step_range`` as the steps (``docs/definitions.md`` §15);
+    ValueError when there are none."""
+    steps = find_steps(context.tables, context.tree, step_range)
+    return {**build_overview(context.tables, context.tree, steps), "step_range": step_range}
+
+
+@payload("overview", version=3)
 def overview_payload(context: TraceContext) -> dict[str, Any]:
     return build_overview(context.tables, context.tree, context.steps)

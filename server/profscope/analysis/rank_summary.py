@@ -39,7 +39,7 @@ MAX_ANCESTORS = 12
 ABSOLUTE_US = 1e14  # timestamps above this are epoch microseconds (after 1973), not relative ones
 
 
-@payload("distributed.rank")
+@payload("distributed.rank", version=2)
 def rank_payload(context: TraceContext) -> dict[str, Any]:
     return rank_summary(context.tables, context.tree, context.steps)
 
@@ -481,7 +481,7 @@ def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
     end = ts + np.asarray(events["dur_ns"])
     collective = np.isin(kind, HOST_OP_KINDS) & name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name]
     not_compute = name_rules.string_mask(
-        tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_profiler_step(s)
+        tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_step_range(s)
     )
     # operators only: a user_annotation (a whole train step in record_function) is no computation
     compute = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]
@@ -641,8 +641,9 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     same[1:] = (stream[1:] == stream[:-1]) & (device_arg[1:] == device_arg[:-1])
     # end of everything before each activity on its stream (HTA: the previous kernel's end)
     group_start = np.flatnonzero(~same)
+    groups = list(zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)][: len(group_start)], strict=True))
     prev_end = np.zeros(len(ts), dtype=np.int64)
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
+    for a, b in groups:
         if b - a > 1:
             prev_end[a + 1 : b] = np.maximum.accumulate(end[a : b - 1])
     gap = np.where(same, np.clip(ts - prev_end, 0, None), 0)
@@ -650,7 +651,7 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     kernel_wait = same & ~host_wait & (gap < KERNEL_WAIT_THRESHOLD_NS)
     other = same & ~host_wait & ~kernel_wait
     per_stream = []
-    for a, b in zip(group_start.tolist(), [*group_start[1:].tolist(), len(ts)], strict=True):
+    for a, b in groups:
         piece = slice(a, b)
         per_stream.append(
             {

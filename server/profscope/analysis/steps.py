@@ -2,7 +2,9 @@
 
 torch-tb-profiler's rules (``docs/definitions.md`` §1):
 - steps are ``ProfilerStep#N`` host events (``cpu_op``, legacy ``Operator`` or ``user_annotation``);
-  with none, one step ``0`` spans all host ops;
+  without them, host ranges named like steps (``iteration 12``, ``step_3``: ``name_rules.step_range_number``,
+  how Nsight Systems runs mark their steps with NVTX), or the ranges of a name the user picks
+  (``step_range``), numbered in time order; with none, one step ``0`` spans all host ops;
 - when anything was launched on a device, each step starts at max(previous step end, host start)
   and ends at max(host end, end of the last device activity launched by runtime calls inside it);
 - trailing steps that launched nothing are dropped, and so is the last step if it launched fewer
@@ -35,17 +37,23 @@ class Steps:
         return int(self.starts_ns[0]), int(self.ends_ns[-1])
 
 
-def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
+def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = None) -> Steps:
     events = tables.events
     kind = np.asarray(events["kind"])
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     name = np.asarray(events["name"])
-    step_name_mask = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
-    candidates = np.flatnonzero(
-        np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)) & step_name_mask[name]
-    )
+    host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     notes: list[str] = []
+    if step_range is not None:
+        return _steps_of_named_ranges(tables, tree, step_range, host)
+    step_name_mask = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
+    candidates = np.flatnonzero(host & step_name_mask[name])
+    if not len(candidates):
+        candidates = np.flatnonzero(host & name_rules.string_mask(tables.strings, name_rules.is_step_range)[name])
+        if len(candidates):
+            examples = _examples(tables, name[candidates])
+            notes.append(f"No ProfilerStep#N events: steps are the ranges named like steps ({examples}).")
     by_name: dict[int, int] = {}
     for row in candidates.tolist():  # a step recorded twice (two threads) counts once, its longest
         previous = by_name.get(int(name[row]))
@@ -53,7 +61,7 @@ def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
             by_name[int(name[row])] = row
     rows = np.array(sorted(by_name.values(), key=lambda r: (ts[r], -end[r])), dtype=np.int64)
     if len(rows):
-        step_names = [tables.strings[int(name[r])][len(name_rules.PROFILER_STEP_PREFIX) :] for r in rows]
+        step_names = [name_rules.step_range_number(tables.strings[int(name[r])]) or "" for r in rows]
         host_starts, host_ends = ts[rows], end[rows]
         from_steps = True
     else:
@@ -82,6 +90,34 @@ def find_steps(tables: TraceTables, tree: CallTree) -> Steps:
         host_ends_ns=host_ends[:keep],
         from_profiler_steps=from_steps,
         notes=notes,
+    )
+
+
+def _examples(tables: TraceTables, name_ids: np.ndarray) -> str:
+    unique = np.unique(name_ids)
+    return ", ".join(repr(tables.strings[int(i)]) for i in unique[:3]) + (", ..." if len(unique) > 3 else "")
+
+
+def _steps_of_named_ranges(tables: TraceTables, tree: CallTree, step_range: str, host: np.ndarray) -> Steps:
+    """Steps from every host range named ``step_range``, numbered 1.. in time order (the user's pick)."""
+    events = tables.events
+    ts = np.asarray(events["ts_ns"])
+    end = ts + np.asarray(events["dur_ns"])
+    name_id = tables.strings.lookup(step_range)
+    rows = np.flatnonzero(host & (np.asarray(events["name"]) == name_id)) if name_id >= 0 else np.zeros(0, np.int64)
+    if not len(rows):
+        raise ValueError(f"no host range is named {step_range!r}")
+    host_starts, host_ends = ts[rows], end[rows]
+    starts, ends, keep = _retime_to_device(tables, tree, host_starts, host_ends)
+    names = [str(i + 1) for i in range(keep)]
+    return Steps(
+        names=names,
+        starts_ns=starts[:keep],
+        ends_ns=ends[:keep],
+        host_starts_ns=host_starts[:keep],
+        host_ends_ns=host_ends[:keep],
+        from_profiler_steps=True,
+        notes=[f"Steps are the {len(rows)} ranges named {step_range!r}, numbered in time order."],
     )
 
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from profscope.analysis import intervals
 from profscope.analysis.device_activity import busy_by_device, device_kernels
-from profscope.analysis.name_rules import PROFILER_STEP_PREFIX
+from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
 INDEX_VERSION = 1
@@ -257,7 +257,7 @@ def _argmax_per_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 # ---- tracks and groups ----------------------------------------------------------------------
 def _profiler_step_rows(tables: TraceTables, kind: np.ndarray) -> np.ndarray:
-    step_names = [i for i, s in enumerate(tables.strings.strings) if s.startswith(PROFILER_STEP_PREFIX)]
+    step_names = [i for i, s in enumerate(tables.strings.strings) if is_profiler_step(s)]
     if not step_names:
         return np.zeros(0, dtype=np.int64)
     host = np.isin(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])

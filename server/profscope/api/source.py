@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.api.deps import get_state, json_response
-from profscope.catalog import TRACE, TraceFile
+from profscope.catalog import TABLE_KINDS, TraceFile
 from profscope.config import Settings
 from profscope.views.responses import SourceLines
 
@@ -65,7 +65,7 @@ def frame_links(settings: Settings, frame: dict[str, Any], file: TraceFile | Non
         return {}
     path, line = frame["path"], frame["line"]
     came_from = {"run": file.run, "worker": file.worker} if file is not None else {}
-    if file is not None and file.kind == TRACE:  # a snapshot's or log's name is no span of the trace pages
+    if file is not None and file.kind in TABLE_KINDS:  # a snapshot's or log's name is no span of the trace pages
         came_from["span"] = file.span
     links = {"view": "/source?" + urlencode({"path": path, "line": line, **came_from})}
     template = settings.source_link_template

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache, is_cache_write_failure
-from profscope.catalog import TraceFile
+from profscope.catalog import NSYS, TRACE, TraceFile
 from profscope.ingest.json_stream import TraceFormatError
-from profscope.ingest.kineto import parse_trace
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
+from profscope.ingest.nsys import parse_nsys
+from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.request import IngestRequest, write_query_results
 from profscope.sources import Source, SourceError
 
@@ -59,6 +60,8 @@ WORKER_NICENESS = 10  # added to the server's: parse workers run at a lower CPU 
 CACHE_RETRY_SECONDS = 30.0  # a trace whose cache could not be written is parsed again after this
 WATCHDOG_INTERVAL_S = 0.5
 _progress_queue: Any = None
+# file kind -> the parser of its event tables: (stream, on_progress=, max_trace_bytes=) -> TraceTables
+TABLE_PARSERS: dict[str, Callable[..., Any]] = {TRACE: parse_any_trace, NSYS: parse_nsys}
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,10 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
 
         return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
+    parse = TABLE_PARSERS[request.kind]
     try:
         with request.source.open(request.key) as raw:
-            tables = parse_trace(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+            tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
         error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
@@ -179,6 +183,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "warnings": tables.meta.get("warnings", []),
         "pieces": tables.meta.get("pieces"),
         "decoder": tables.meta.get("decoder"),
+        "format": tables.meta.get("format", "kineto"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "parse_s": parse_s,

@@ -75,10 +75,6 @@ CATEGORY_KINDS: dict[str, Kind] = {
 }
 
 
-def category_kind(category: str) -> Kind:
-    return CATEGORY_KINDS.get(category.lower(), Kind.OTHER)
-
-
 class Args(msgspec.Struct, gc=False):
     """The ``args`` keys any view reads; every other key is skipped by the decoder."""
 
@@ -285,7 +281,9 @@ def decode_events(piece: bytes) -> tuple[list[Event], int]:
 class TableBuilder:
     """Accumulates decoded event pieces into column lists, then finalises numpy tables."""
 
-    def __init__(self) -> None:
+    def __init__(self, category_kinds: dict[str, Kind] | None = None) -> None:
+        # another format's categories (Paddle's) map to kinds through its own table, keyed lower-case
+        self._category_kinds = CATEGORY_KINDS if category_kinds is None else category_kinds
         self.strings = StringTable()
         self.tracks: list[Track] = []
         self._track_ids: dict[tuple[str, str], int] = {}
@@ -360,7 +358,7 @@ class TableBuilder:
     def _kind_of(self, category_id: int) -> Kind:
         kind = self._category_kind.get(category_id)
         if kind is None:
-            kind = category_kind(self.strings[category_id])
+            kind = self._category_kinds.get(self.strings[category_id].lower(), Kind.OTHER)
             self._category_kind[category_id] = kind
         return kind
 

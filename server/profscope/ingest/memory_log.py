@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from profscope import parser_versions
+from profscope.ingest.bounded_read import chunks_within
 
 MEMORY_LOG_PARSER_VERSION = parser_versions.MEMORY_LOG  # bump it there when what a log is read into changes
 MIB = 1 << 20
-READ_CHUNK_BYTES = 1 << 20
 
 CATEGORIES = ("params", "grads", "os_params", "os_state", "activation")
 LAYOUTS = ("params", "grads", "os_params", "os_state", "activation_base")
@@ -107,15 +107,10 @@ def parse_memory_log(raw: IO[bytes], max_bytes: int, on_progress: Callable[[int]
 
 
 def _read_text(raw: IO[bytes], max_bytes: int, on_progress: Callable[[int], None] | None) -> str:
-    chunks, size = [], 0
-    while chunk := raw.read(READ_CHUNK_BYTES):
-        size += len(chunk)
-        if size > max_bytes:
-            raise MemoryLogFormatError(f"larger than {max_bytes:,} bytes (PROFSCOPE_MAX_TRACE_BYTES): not read")
-        chunks.append(chunk)
-        if on_progress is not None:
-            on_progress(size)
-    data = b"".join(chunks)
+    def too_large() -> MemoryLogFormatError:
+        return MemoryLogFormatError(f"larger than {max_bytes:,} bytes (PROFSCOPE_MAX_TRACE_BYTES): not read")
+
+    data = b"".join(chunks_within(raw, max_bytes, on_progress, too_large))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

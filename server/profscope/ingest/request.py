@@ -29,7 +29,7 @@ class IngestRequest:
     cache_key: str
     cache_root: str
     max_trace_bytes: int
-    kind: str = "trace"  # or "snapshot", "memory_log" (catalog.SNAPSHOT, catalog.MEMORY_LOG)
+    kind: str = "trace"  # or "nsys", "snapshot", "memory_log" (catalog.NSYS, catalog.SNAPSHOT, catalog.MEMORY_LOG)
     max_snapshot_bytes: int = 8 << 30
     queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
 
@@ -59,7 +59,8 @@ class IngestRequest:
         )
 
 
-_QUERY_KIND = {"trace": "trace", "snapshot": "snapshot"}  # a memory.log has no queries: its router reads the log
+# a memory.log has no queries: its router reads the log; an nsys export is parsed into the same tables as a trace
+_QUERY_KIND = {"trace": "trace", "nsys": "trace", "snapshot": "snapshot"}
 
 
 def write_query_results(cache: TraceCache, request: IngestRequest, source: Any, phase_s: dict[str, float]) -> dict:

@@ -4,7 +4,19 @@ all come from this list, in this order (the nav's). Adding a view is one line he
 from __future__ import annotations
 
 from profscope.analysis.payloads import Query
-from profscope.views import distributed, kernels, memory, operators, overview, runs, source, trace
+from profscope.views import (
+    diff,
+    distributed,
+    kernels,
+    memory,
+    modules,
+    operators,
+    overview,
+    paddle,
+    runs,
+    source,
+    trace,
+)
 from profscope.views.view import View
 
 VIEWS: tuple[View, ...] = (
@@ -12,8 +24,11 @@ VIEWS: tuple[View, ...] = (
     overview.VIEW,
     operators.VIEW,
     kernels.VIEW,
+    modules.VIEW,
     memory.VIEW,
     distributed.VIEW,
+    paddle.VIEW,
+    diff.VIEW,
     trace.VIEW,
     source.VIEW,
 )

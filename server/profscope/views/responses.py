@@ -60,7 +60,7 @@ class TraceFileState(FileState):
 
 class SnapshotFileState(FileState):
     snapshot: str
-    oom_devices: list[int]  # devices whose trace holds an ``oom`` entry (docs/definitions.md §15)
+    oom_devices: list[int]  # devices whose trace holds an ``oom`` entry (docs/definitions.md §19)
 
 
 class MemoryLogFileState(FileState):
@@ -131,6 +131,13 @@ class GpuSummary(Strict):
     kernel_time_us: Number
 
 
+class StepRangeCandidate(Strict):
+    """A repeated annotation range that may be picked as the step (``step_range=``)."""
+
+    name: str
+    count: int
+
+
 class Overview(TraceIdent):
     environment: Row
     steps: list[StepBreakdown]
@@ -139,6 +146,90 @@ class Overview(TraceIdent):
     recommendations: list[str]
     notes: list[str]
     steps_from_profiler_steps: bool
+    step_ranges: list[StepRangeCandidate]
+    step_range: str | None = None  # the picked range, when ``step_range=`` was given
+
+
+# ---- modules ------------------------------------------------------------------------------------
+class ModuleFrame(Strict):
+    text: str
+    path: str | None = None
+    line: int | None = None
+    func: str | None = None
+    href: str | None = None
+    external: str | None = None
+
+
+class ModuleFirst(Strict):
+    event: int
+    track: int
+    ts_us: Number
+    dur_us: Number
+
+
+class ModuleOperator(Strict):
+    name: str
+    calls: int
+    host_us: Number
+    device_us: Number
+
+
+class ModuleKernel(Strict):
+    name: str
+    calls: int
+    device_us: Number
+
+
+class ModuleRow(Strict):
+    id: int
+    name: str
+    type: str
+    parent: int
+    occurrences: int
+    recomputations: int
+    operators: int
+    host_total_us: Number
+    host_self_us: Number
+    device_total_us: Number
+    device_self_us: Number
+    backward_host_us: Number
+    backward_device_us: Number
+    first: ModuleFirst
+    frame: ModuleFrame | None
+    top_operators: list[ModuleOperator]
+    top_kernels: list[ModuleKernel]
+    children: list[ModuleRow]
+
+
+class PhaseTimes(Strict):
+    step: str
+    host_us: Number
+    dataloader_us: Number
+    optimizer_us: Number
+    backward_us: Number
+    forward_us: Number
+    other_us: Number
+    device_busy_us: Number
+    device_dataloader_us: Number
+    device_optimizer_us: Number
+    device_backward_us: Number
+    device_forward_us: Number
+    device_other_us: Number
+
+
+class Phases(Strict):
+    applies: bool
+    reason: str | None
+    steps: list[PhaseTimes]
+    average: PhaseTimes | None
+
+
+class Modules(TraceIdent):
+    applies: bool
+    reason: str | None
+    source: str | None
+    modules: list[ModuleRow]
+    phases: Phases
 
 
 # ---- operators and kernels ----------------------------------------------------------------------
@@ -175,6 +266,7 @@ class Operators(TraceIdent, TableCounts):
     group_by: str
     rows: list[OperatorRow]
     accounting: OperatorTimeAccounting
+    empty_reason: str | None  # why there is no row, when the file says (an Nsight export without emit_nvtx)
 
 
 class OperatorStacks(TraceIdent):
@@ -253,7 +345,7 @@ class ProfilerMemory(MemoryIdent):
     window_us: list[Number] | None = None
     points_in_window: int | None = None
     curve: list[list[Number | None]]
-    curve_kind: Literal["totals", "bytes_running_sum"] | None = None  # docs/definitions.md §14
+    curve_kind: Literal["totals", "bytes_running_sum"] | None = None  # docs/definitions.md §18
     curve_reason: str | None = None
     reason: str | None = None
     events: list[MemoryEventRow]
@@ -535,3 +627,196 @@ class SourceLines(Strict):
     line: int
     first_line: int
     lines: list[str]
+
+
+# ---- diff ---------------------------------------------------------------------------------------
+class DiffGpu(Strict):
+    device: int
+    utilization_pct: Number | None
+    est_sm_efficiency_pct: Number | None
+    est_achieved_occupancy_pct: Number | None
+    tensor_cores_pct: Number | None
+
+
+class DiffGpus(Strict):
+    base: list[DiffGpu]
+    target: list[DiffGpu]
+
+
+class DiffSteps(Strict):
+    base: StepTimes
+    target: StepTimes
+    delta: StepTimes
+    base_steps: int
+    target_steps: int
+    gpus: DiffGpus
+
+
+class DiffChange(Strict):
+    delta_us: Number | None  # of the table's measured time, target - base
+    ratio: Number | None  # target / base of it; None when the base is 0
+    status: str  # changed | added | removed | same
+
+
+class DiffOperatorRow(DiffChange):
+    name: str
+    input_shape: str | None
+    base_calls: Number
+    target_calls: Number
+    base_host_self_us: Number
+    target_host_self_us: Number
+    base_host_total_us: Number
+    target_host_total_us: Number
+    base_device_self_us: Number | None  # None: that side recorded no GPU activity
+    target_device_self_us: Number | None
+    base_device_total_us: Number | None
+    target_device_total_us: Number | None
+
+
+class DiffKernelRow(DiffChange):
+    name: str
+    operator: str | None
+    base_calls: Number
+    target_calls: Number
+    base_total_us: Number
+    target_total_us: Number
+
+
+class DiffTreeRow(DiffOperatorRow):
+    input_shape: None = None
+    kind: str  # op | kernel | memcpy | memset
+    has_children: bool = False
+
+
+class DiffTree(Strict):
+    path: list[str]
+    found: bool
+    node: DiffTreeRow | None
+    children: list[DiffTreeRow]
+
+
+class DiffDeviceColumns(Strict):
+    base: bool
+    target: bool
+    note: str | None
+
+
+class DiffRankRow(Strict):
+    rank: int | None
+    base_worker: str | None
+    target_worker: str | None
+    base_computation_us: Number | None
+    target_computation_us: Number | None
+    delta_computation_us: Number | None
+    base_overlapping_us: Number | None
+    target_overlapping_us: Number | None
+    delta_overlapping_us: Number | None
+    base_communication_us: Number | None
+    target_communication_us: Number | None
+    delta_communication_us: Number | None
+    base_other_us: Number | None
+    target_other_us: Number | None
+    delta_other_us: Number | None
+    base_synchronizing_us: Number | None
+    target_synchronizing_us: Number | None
+    delta_synchronizing_us: Number | None
+    base_data_transfer_us: Number | None
+    target_data_transfer_us: Number | None
+    delta_data_transfer_us: Number | None
+
+
+class DiffDistributed(Strict):
+    ranks: list[DiffRankRow]
+    note: str | None
+
+
+class Diff(TraceIdent):
+    base: TraceIdent
+    group_by: str
+    kernel_group_by: str
+    same_trace: bool
+    message: str | None
+    normalisation: str  # total | per_step
+    normalisation_note: str | None
+    device_columns: DiffDeviceColumns | None
+    steps: DiffSteps | None
+    operators: list[DiffOperatorRow]
+    kernels: list[DiffKernelRow]
+    tree: DiffTree
+    distributed: DiffDistributed | None
+
+
+# ---- paddle -------------------------------------------------------------------------------------
+class PaddleColumns(Strict):  # Total / Avg / Max / Min / Ratio; Model Summary's "Others" has only total and ratio
+    total_ns: int
+    avg_ns: Number | None = None
+    max_ns: int | None = None
+    min_ns: int | None = None
+    ratio_pct: Number
+
+
+class PaddleRow(Strict):
+    name: str
+    calls: int | None
+    cpu: PaddleColumns | None
+    gpu: PaddleColumns | None
+
+
+class PaddleInnerRow(PaddleRow):
+    kernels: list[PaddleRow]
+
+
+class PaddleOperatorRow(PaddleRow):
+    inner: list[PaddleInnerRow]
+    kernels: list[PaddleRow]
+
+
+class PaddleTypeTime(Strict):
+    type: str
+    calls: int
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleOverview(Strict):
+    cpu: list[PaddleTypeTime]
+    gpu: list[PaddleTypeTime]
+
+
+class PaddleTime(Strict):
+    time_ns: int
+    ratio_pct: Number
+
+
+class PaddleMemoryRow(Strict):
+    name: str
+    type: str
+    allocation_count: int
+    free_count: int
+    allocation_bytes: int
+    free_bytes: int
+    increased_bytes: int
+
+
+class PaddleMemoryPlace(Strict):
+    place: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    rows: list[PaddleMemoryRow]
+
+
+class PaddleSummary(TraceIdent):
+    """A Paddle trace's tables (``applies`` true), or for another trace ``applies`` false and the ``reason``."""
+
+    unit: str
+    unit_ns: Number
+    applies: bool
+    reason: str | None = None
+    total_ns: int | None = None
+    overview: PaddleOverview | None = None
+    model: list[PaddleRow] | None = None
+    distribution: dict[str, PaddleTime] | None = None
+    operators: list[PaddleOperatorRow] | None = None
+    kernels: list[PaddleRow] | None = None
+    memory: list[PaddleMemoryPlace] | None = None
+    user_defined: list[PaddleRow] | None = None

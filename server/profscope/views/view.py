@@ -22,6 +22,7 @@ class RunFacts:
     workers: int
     distributed_info: bool  # the first trace records ``distributedInfo``
     not_distributed: str | None = None  # why its traces are not ranks of one job (``docs/definitions.md``)
+    trace_format: str | None = None  # its first trace's writer once parsed: "kineto" or "paddle"
 
 
 def always(_: RunFacts) -> str | None:

@@ -205,3 +205,43 @@ export function timeAxis([lowUs, highUs], title) {
   }
   return { title: { text: `${title} (${unit.label})` }, tickmode: "array", tickvals, ticktext, zeroline: false };
 }
+
+/**
+ * Stacked bars of time per step: one bar per step, one segment per category.
+ * categories: [{key, label, color}] (keys of the step rows, in µs); totalKey: the step's whole time, for the
+ * hover's share; onSelect(step) when a bar is clicked.
+ */
+export function renderStepBars(target, { steps, categories, totalKey, yLabel = "Time", onSelect = null }) {
+  const unit = timeUnit(Math.max(...steps.map((s) => s[totalKey]), 0));
+  const x = steps.map((s) => String(s.step));
+  const traces = categories.map((c) => ({
+    type: "bar",
+    name: c.label,
+    x,
+    y: steps.map((s) => (s[c.key] || 0) / unit.divisor),
+    customdata: steps.map((s) => [fmtUs(s[c.key] || 0), fmtPctSign((100 * (s[c.key] || 0)) / (s[totalKey] || 1))]),
+    marker: { color: c.color },
+    hovertemplate: `${plotText(c.label)}: %{customdata[0]} \u00b5s (%{customdata[1]})<extra>step %{x}</extra>`,
+  }));
+  const layout = {
+    barmode: "stack",
+    font: FONT,
+    margin: { l: 56, r: 8, t: 8, b: 44 },
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
+    xaxis: { type: "category", title: { text: "Step" }, tickfont: { size: 11 } },
+    yaxis: { title: { text: `${yLabel} (${unit.label})` }, gridcolor: "#eceef1", rangemode: "tozero", tickformat: ",~r" },
+    legend: { orientation: "h", traceorder: "normal", y: 1.0, yanchor: "bottom", x: 0, font: { size: 11 } },
+    hovermode: "closest",
+    bargap: steps.length < 4 ? 0.6 : 0.25,
+  };
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
+    if (onSelect) {
+      target.on("plotly_click", (event) => {
+        const step = steps[event.points?.[0]?.pointIndex];
+        if (step) onSelect(step);
+      });
+    }
+  });
+}

@@ -10,7 +10,7 @@ import { readParams, withQuery } from "./urlstate.js";
 const RUN_LABEL_CHARS = 46;
 
 // Parameters that name a row of one trace: dropped when the trace changes.
-const TRACE_LOCAL_PARAMS = ["stack", "shape"];
+const TRACE_LOCAL_PARAMS = ["stack", "shape", "module", "expanded"];
 
 /** A run that holds memory snapshots or memory.log files and no trace: only Memory applies. */
 const onlyMemoryFiles = (runInfo) =>
@@ -139,8 +139,16 @@ function renderBar(page, runs, runInfo, worker, span) {
     ),
     runStateNote(runInfo),
     el("span", { class: "spacer" }),
+    compareLink(page, runInfo, worker, span),
     el("a", { id: "json-link", href: "#", hidden: true, title: "This view as JSON (the API call the page makes)", text: "JSON" }),
   );
+}
+
+/** "Compare with…": the Diff view with this trace as its target (the baseline is picked there). */
+function compareLink(page, runInfo, worker, span) {
+  if (page === "diff" || !runInfo || !span) return null;
+  const href = withQuery("/diff", { run: runInfo.run, worker, span });
+  return el("a", { id: "compare-link", href, title: "Compare this trace with a baseline trace", text: "Compare with\u2026" });
 }
 
 function firstUsable(items, usable) {

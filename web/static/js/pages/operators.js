@@ -60,6 +60,7 @@ const state = {
 let selection = null;
 let allRows = [];
 let accounting = null;
+let emptyReason = null; // why the trace has no operators, when the server knows
 let controller = null;
 let table = null;
 const stackCache = new Map();
@@ -214,7 +215,7 @@ function renderRows() {
     totalRows: allRows.length,
     sort: effectiveSort(),
     onSort: changeSort,
-    emptyMessage: state.search ? `No operator matches \u201c${state.search}\u201d` : "This trace has no operators",
+    emptyMessage: state.search ? `No operator matches \u201c${state.search}\u201d` : emptyReason || "This trace has no operators",
     columns: columns(byShape()),
     rowKey,
     expandedKey: expandedKey(),
@@ -267,6 +268,7 @@ async function load() {
     const data = await loadView(withQuery("/api/operators", apiQuery()), { statusEl, signal: controller.signal });
     allRows = data.rows || [];
     accounting = data.accounting || null;
+    emptyReason = data.empty_reason || null;
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
     return;

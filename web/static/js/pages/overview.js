@@ -1,10 +1,10 @@
 // Overview: environment, GPU summary, step time breakdown, averages, notes and recommendations.
 
 import { isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PLOT_CONFIG, plotText, renderPie } from "../charts.js";
+import { renderPie, renderStepBars } from "../charts.js";
 import { csvButton } from "../csv.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUs, fmtUsColumn, timeUnit } from "../format.js";
+import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUsColumn } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { withQuery } from "../urlstate.js";
 
@@ -91,7 +91,8 @@ function environmentCard(data, selection) {
     ["Number of Worker(s)", fmtInt(selection.runInfo.workers.length)],
     ["Device Type", env.device_type || DASH],
     ["Steps", `${fmtInt(data.steps.length)}${data.steps_from_profiler_steps ? "" : " (whole trace)"}`,
-      "Steps come from ProfilerStep#N events; without them the whole trace is one step."],
+      "Steps come from ProfilerStep#N events, else from ranges named like steps (iteration N) or the range " +
+      "picked below; without them the whole trace is one step."],
   ];
   const distributed = describeDistributed(dist);
   if (distributed) pairs.push(["Distributed", distributed]);
@@ -100,7 +101,32 @@ function environmentCard(data, selection) {
     { class: "panel", "data-testid": "environment" },
     el("h2", { text: "Environment" }),
     kv(pairs),
+    stepRangePicker(data),
   );
+}
+
+// Which ranges are the steps: automatic (ProfilerStep#N, "iteration N" ranges) or a repeated range the user
+// picks (NVTX / record_function); the choice lives in the URL as step_range, like every page state.
+function stepRangePicker(data) {
+  const candidates = data.step_ranges || [];
+  if (!candidates.length && !data.step_range) return null;
+  const select = el(
+    "select",
+    { id: "step-range", "data-testid": "step-range" },
+    el("option", { value: "", text: "automatic" }),
+    candidates.map((c) => el("option", { value: c.name, text: `${c.name} (${fmtInt(c.count)})` })),
+  );
+  if (data.step_range && !candidates.some((c) => c.name === data.step_range)) {
+    select.append(el("option", { value: data.step_range, text: data.step_range }));
+  }
+  select.value = data.step_range || "";
+  select.addEventListener("change", () => {
+    const params = new URLSearchParams(location.search);
+    if (select.value) params.set("step_range", select.value);
+    else params.delete("step_range");
+    location.search = params.toString();
+  });
+  return el("label", { class: "step-range" }, "Steps from ", select);
 }
 
 function gpuCard(gpu) {
@@ -142,36 +168,11 @@ function presentCategories(data) {
 }
 
 function drawStepChart(target, data, selection) {
-  const categories = presentCategories(data);
-  const unit = timeUnit(Math.max(...data.steps.map((s) => s.total_us), 0));
-  const x = data.steps.map((s) => String(s.step));
-  const traces = categories.map((c) => ({
-    type: "bar",
-    name: c.label,
-    x,
-    y: data.steps.map((s) => (s[c.key] || 0) / unit.divisor),
-    customdata: data.steps.map((s) => [fmtUs(s[c.key] || 0), fmtPctSign((100 * (s[c.key] || 0)) / (s.total_us || 1))]),
-    marker: { color: c.color },
-    hovertemplate: `${plotText(c.label)}: %{customdata[0]} \u00b5s (%{customdata[1]})<extra>step %{x}</extra>`,
-  }));
-  const layout = {
-    barmode: "stack",
-    font: FONT,
-    margin: { l: 56, r: 8, t: 8, b: 44 },
-    paper_bgcolor: "rgba(0,0,0,0)",
-    plot_bgcolor: "rgba(0,0,0,0)",
-    xaxis: { type: "category", title: { text: "Step" }, tickfont: { size: 11 } },
-    yaxis: { title: { text: `Time (${unit.label})` }, gridcolor: "#eceef1", rangemode: "tozero", tickformat: ",~r" },
-    legend: { orientation: "h", traceorder: "normal", y: 1.0, yanchor: "bottom", x: 0, font: { size: 11 } },
-    hovermode: "closest",
-    bargap: data.steps.length < 4 ? 0.6 : 0.25,
-  };
-  drawChart(target, (Plotly) => {
-    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
-    target.on("plotly_click", (event) => {
-      const step = data.steps[event.points?.[0]?.pointIndex];
-      if (step) location.assign(traceLink(selection, step));
-    });
+  renderStepBars(target, {
+    steps: data.steps,
+    categories: presentCategories(data),
+    totalKey: "total_us",
+    onSelect: (step) => location.assign(traceLink(selection, step)),
   });
 }
 
@@ -321,7 +322,10 @@ async function main() {
   const statusEl = byId("status");
   const selection = await initSelector("overview", statusEl);
   if (!selection) return;
-  const url = withQuery("/api/overview", { run: selection.run, worker: selection.worker, span: selection.span });
+  const stepRange = new URLSearchParams(location.search).get("step_range");
+  const url = withQuery("/api/overview", {
+    run: selection.run, worker: selection.worker, span: selection.span, step_range: stepRange,
+  });
   setJsonLink(url);
   try {
     const data = await loadView(url, { statusEl });

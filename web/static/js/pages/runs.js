@@ -154,19 +154,13 @@ function errorRow(run) {
   );
 }
 
-const VIEW_LABELS = {
-  overview: "Overview",
-  operators: "Operator",
-  kernels: "Kernel",
-  memory: "Memory",
-  distributed: "Distributed",
-  trace: "Trace",
-};
+/** A view's label as the nav shows it: the views registry (views/registry.py) names both. */
+const viewLabel = (view) => document.querySelector(`a[data-nav="${view}"]`)?.textContent.trim() || view;
 
 function viewLinks(run) {
   if (!run.workers?.length && !run.snapshots?.length && !run.memory_logs?.length) return null;
   const links = (run.views || []).map((view) =>
-    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: VIEW_LABELS[view] || view }),
+    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: viewLabel(view) }),
   );
   return el("div", { class: "view-links" }, links.flatMap((link, i) => (i ? [" \u00b7 ", link] : [link])));
 }
@@ -187,6 +181,17 @@ function runRow(run) {
   );
 }
 
+/** A root listed without error but holding no file yet (a bucket prefix before the first upload). */
+const isEmptyRoot = (root) => !root.error && root.listed_at && root.objects === 0;
+
+function emptyRoot(root) {
+  return el("div", {
+    class: "faint",
+    "data-testid": "root-empty",
+    text: `Nothing under ${root.root} yet: it is listed again every few seconds, and its runs appear when files do.`,
+  });
+}
+
 function rootError(root) {
   const since = root.listed_at ? new Date(root.listed_at * 1000).toLocaleTimeString() : null;
   const status = since
@@ -204,7 +209,7 @@ function render() {
   const runs = data.runs || [];
   const roots = data.roots || [];
 
-  clear(byId("root-errors"), roots.filter((r) => r.error).map(rootError));
+  clear(byId("root-errors"), [...roots.filter((r) => r.error).map(rootError), ...roots.filter(isEmptyRoot).map(emptyRoot)]);
   const parsing = runs.filter((r) => r.state === "parsing").length;
   byId("runs-summary").textContent =
     `${fmtInt(runs.length)} run${runs.length === 1 ? "" : "s"} under ${fmtInt(roots.length)} root${roots.length === 1 ? "" : "s"}` +

@@ -1,0 +1,61 @@
+"""Autograd's ``fwdbwd`` flows: each links a forward op to the backward op that computes its gradient
+(``docs/definitions.md`` §14)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profscope.analysis.arrays import match_keys
+from profscope.analysis.call_tree import CallTree
+from profscope.tables import NO_ID, TraceTables
+
+_FLOW_START, _FLOW_FINISH = 0, 2
+
+
+@dataclass
+class FwdBwdLinks:
+    """One row per linked pair: where its forward op starts, and the call-tree nodes at both ends (NO_ID: none)."""
+
+    forward_track: np.ndarray
+    forward_ts: np.ndarray
+    forward_node: np.ndarray
+    backward_node: np.ndarray
+
+
+def fwdbwd_links(tables: TraceTables, tree: CallTree) -> FwdBwdLinks:
+    """The ``fwdbwd`` flow pairs; an end's op is the outermost call-tree node starting where the flow event is."""
+    flows = tables.table("flows")
+    cat_id = tables.strings.lookup("fwdbwd")
+    if cat_id < 0 or not len(flows["flow_id"]):
+        empty = np.zeros(0, dtype=np.int64)
+        return FwdBwdLinks(empty, empty, empty, empty)
+    is_link = np.asarray(flows["cat"]) == cat_id
+    phase, flow_id = np.asarray(flows["phase"])[is_link], np.asarray(flows["flow_id"])[is_link]
+    flow_ts, flow_track = np.asarray(flows["ts_ns"])[is_link], np.asarray(flows["track"])[is_link]
+    start, finish = np.flatnonzero(phase == _FLOW_START), np.flatnonzero(phase == _FLOW_FINISH)
+    start = start[np.unique(flow_id[start], return_index=True)[1]]  # one start per flow id
+    forward_of = match_keys(flow_id[start], start, flow_id[finish], NO_ID)
+    finish, forward_of = finish[forward_of >= 0], forward_of[forward_of >= 0]
+    return FwdBwdLinks(
+        forward_track=flow_track[forward_of],
+        forward_ts=flow_ts[forward_of],
+        forward_node=node_starting_at(tables, tree, flow_track[forward_of], flow_ts[forward_of]),
+        backward_node=node_starting_at(tables, tree, flow_track[finish], flow_ts[finish]),
+    )
+
+
+def node_starting_at(tables: TraceTables, tree: CallTree, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The outermost call-tree node that starts at each (track, time), NO_ID if none."""
+    events = tables.events
+    node_track = np.asarray(events["track"])[tree.node_event].astype(np.int64)
+    node_ts = np.asarray(events["ts_ns"])[tree.node_event]
+    # one int64 key per (track, time): times ranked first, so that track * ranks cannot overflow
+    ranks = np.unique(np.concatenate([node_ts, times]), return_inverse=True)[1].reshape(-1).astype(np.int64)
+    width = int(ranks.max(initial=0)) + 1
+    node_key = node_track * width + ranks[: len(node_ts)]
+    wanted = tracks.astype(np.int64) * width + ranks[len(node_ts) :]
+    order = np.lexsort((-np.asarray(events["dur_ns"])[tree.node_event], node_key))  # longest first per key
+    first = np.append(True, node_key[order][1:] != node_key[order][:-1])
+    return match_keys(node_key[order][first], order[first], wanted, NO_ID)

@@ -1,0 +1,113 @@
+"""The Module page in Chromium: expand two levels of the module tree, click a module in the icicle, a
+reload restores the page from its URL, the module's link opens the Trace view at its first occurrence
+with that slice selected; the phases chart and a trace without modules."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from serving import running_server, wait_for
+
+from .support import corpus_path, get_json, query_of, screenshot, wait_for_plot
+
+pytestmark = pytest.mark.browser
+
+BERT_H100 = "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "modules"
+ICICLE_SECTORS = "g.slice path.surface"
+
+
+@pytest.fixture(scope="module")
+def modules_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("module_runs")
+    (root / "bert_h100").mkdir()
+    shutil.copy(corpus_path(BERT_H100), root / "bert_h100" / "worker0.pt.trace.json.gz")
+    (root / "resnet").mkdir()
+    shutil.copy(corpus_path(RESNET), root / "resnet" / Path(RESNET).name)
+    shutil.copytree(RECORDED / "checkpointing", root / "checkpointing")
+    with running_server([root], tmp_path_factory.mktemp("module_server") / "cache") as base:
+        wait_for(lambda: all(run["state"] == "ready" for run in get_json(f"{base}/api/runs")[1]["runs"]), timeout=120)
+        yield base
+
+
+def _row_names(page) -> list[str]:
+    return [
+        text.split("\n")[0].strip(" \u25b8\u25be").split(" \u21bb")[0].strip()
+        for text in page.get_by_test_id("module-row").locator("td.name").all_inner_texts()
+    ]
+
+
+def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_server):
+    _, api = get_json(f"{modules_server}/api/modules?run=bert_h100")
+    root = api["modules"][0]
+    model = next(c for c in root["children"] if c["name"] == "BertModel_0")
+    encoder = next(c for c in model["children"] if c["name"] == "BertEncoder_0")
+
+    page.goto(f"{modules_server}/modules?run=bert_h100")
+    page.get_by_test_id("module-tree-table").wait_for()
+    assert _row_names(page) == [root["name"]]
+    page.get_by_test_id(f"toggle-{root['id']}").click()
+    page.get_by_test_id(f"toggle-{model['id']}").click()
+    names = _row_names(page)
+    assert names[:2] == [root["name"], "BertModel_0"] and "BertEncoder_0" in names and "BertEmbeddings_0" in names
+    assert query_of(page.url)["expanded"] == ",".join(sorted((str(root["id"]), str(model["id"])), key=int))
+
+    assert wait_for_plot(page, "#icicle", ICICLE_SECTORS) > 10
+    page.locator("#icicle g.slice").filter(has_text="BertEncoder_0").first.click()
+    page.wait_for_function("() => new URLSearchParams(location.search).get('module') !== null")
+    assert query_of(page.url)["module"] == str(encoder["id"])
+    assert page.get_by_test_id("module-detail-name").inner_text().startswith("BertEncoder_0")
+    operators = page.get_by_test_id("module-operators").locator("tbody tr")
+    assert operators.count() == len(encoder["top_operators"]) > 0
+    first_op = operators.first.locator("a")
+    assert query_of(first_op.get_attribute("href"))["search"] == encoder["top_operators"][0]["name"]
+    assert page.get_by_test_id("module-source-link").get_attribute("href").startswith("/source?")
+    screenshot(page, "modules-bert-selected")
+
+    page.reload()
+    page.get_by_test_id("module-detail-name").wait_for()
+    assert page.get_by_test_id("module-detail-name").inner_text().startswith("BertEncoder_0")
+    assert _row_names(page) == names
+    assert page.locator('tr[data-testid="module-row"].expanded td.name').inner_text().strip(" \u25b8\u25be") == (
+        "BertEncoder_0"
+    )
+    screenshot(page, "modules-bert-reloaded")
+
+    page.get_by_test_id("module-trace-link").click()
+    page.wait_for_url("**/trace?**")
+    page.wait_for_function(
+        "(id) => window.__profscopeTrace?.selected?.id === id",
+        arg=encoder["first"]["event"],
+        timeout=20_000,
+    )
+    assert page.get_by_test_id("slice-name").inner_text() == "nn.Module: BertEncoder_0"
+    view = query_of(page.url)
+    assert float(view["start_us"]) <= encoder["first"]["ts_us"] < float(view["end_us"])
+    screenshot(page, "modules-bert-trace")
+
+
+def test_phases_chart_and_recomputation_on_a_checkpointed_training_trace(page, modules_server):
+    page.goto(f"{modules_server}/modules?run=checkpointing")
+    assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 9  # 3 steps x data, fwd, bwd
+    rows = page.get_by_test_id("phases-table").locator("tbody tr")
+    assert rows.count() == 6
+    assert page.get_by_test_id("metric-host").get_attribute("aria-pressed") == "true"  # a CPU trace: host time
+    page.get_by_test_id("toggle-0").click()
+    page.get_by_test_id("toggle-1").click()
+    page.get_by_test_id("toggle-2").click()
+    assert "\u21bb3" in page.get_by_test_id("module-tree-table").inner_text()  # Block_0's recomputed submodules
+    screenshot(page, "modules-checkpointing")
+
+
+def test_a_trace_without_modules_says_how_to_record_them(page, modules_server):
+    page.goto(f"{modules_server}/modules?run=resnet")
+    empty = page.get_by_test_id("no-modules")
+    empty.wait_for()
+    assert "with_modules=True" in empty.inner_text() and "with_stack=True" in empty.inner_text()
+    assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 1  # it has ProfilerSteps
+    screenshot(page, "modules-resnet-none")

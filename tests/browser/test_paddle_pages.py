@@ -1,0 +1,59 @@
+"""Every page on real PaddlePaddle recordings (tests/data/paddle), in Chromium; screenshots in artifacts/."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .support import Server, screenshot, start_server
+
+pytestmark = pytest.mark.browser
+
+PADDLE_DATA = Path(__file__).resolve().parents[1] / "data" / "paddle"
+
+
+@pytest.fixture(scope="module")
+def paddle_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    work = tmp_path_factory.mktemp("paddle-server")
+    started = start_server([PADDLE_DATA], work / "cache", work / "server.log")
+    try:
+        started.wait_parsed()
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.mark.parametrize(
+    ("run", "view", "ready"),
+    [
+        ("transformer", "overview", "#main svg"),
+        ("transformer", "operators", "[data-testid=operators-table] tbody tr"),
+        ("transformer", "memory", "#main svg"),
+        ("transformer", "trace", "canvas"),
+        ("transformer", "paddle", "[data-testid=paddle-operators] tbody tr"),
+        ("gpu", "kernels", "[data-testid=kernels-table] tbody tr"),  # the hand-written two-rank GPU traces
+        ("gpu", "distributed", "[data-testid=ranks-table] tbody tr"),
+        ("gpu", "paddle", "[data-testid=paddle-operators] tbody tr"),
+    ],
+)
+def test_each_view_opens_on_a_paddle_run(page, paddle_server, run: str, view: str, ready: str) -> None:
+    page.goto(f"{paddle_server.url}/{view}?run={run}")
+    page.locator(ready).first.wait_for()
+    assert page.locator(".error-box").count() == 0
+    screenshot(page, f"paddle-{view}-{run}")
+
+
+def test_the_paddle_summary_switches_its_time_unit(page, paddle_server) -> None:
+    page.goto(f"{paddle_server.url}/paddle?run=mlp&unit=ms")
+    table = page.get_by_test_id("paddle-overview-cpu")
+    table.wait_for()
+    step_ms = float(table.locator("tbody tr").first.locator("td").nth(2).inner_text())
+    page.select_option("#unit", "us")
+    page.wait_for_url("**unit=us**")
+    step_us = float(table.locator("tbody tr").first.locator("td").nth(2).inner_text())
+    assert step_us == pytest.approx(step_ms * 1000, abs=10)  # ms shows two decimals: 10 µs of rounding
+    rows = page.get_by_test_id("paddle-operators").locator("tbody tr")
+    assert rows.filter(has_text="matmul infer_meta").count() == 1  # the nested rows are there
+    screenshot(page, "paddle-summary-mlp-us")
