@@ -132,7 +132,7 @@ def test_openapi_documents_the_route(base: str) -> None:
     route = httpx.get(f"{base}/openapi.json").json()["paths"]["/api/distributed"]["get"]
     assert route["summary"]
     params = {p["name"]: p for p in route["parameters"]}
-    assert set(params) == {"run", "span"} and all(p.get("description") for p in params.values())
+    assert set(params) == {"run", "span", "format", "table"} and all(p.get("description") for p in params.values())
     assert "202" in route["responses"]
 
 

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("catalog", ("profscope.catalog",)),
-    ("stored tables", ("profscope.tables", "profscope.snapshot_tables", "profscope.cache")),
+    ("stored tables", ("profscope.tables", "profscope.snapshot_tables", "profscope.cache", "profscope.cache_bounds")),
     ("ingest", ("profscope.ingest",)),
     ("analysis", ("profscope.analysis",)),
     (

@@ -100,11 +100,13 @@ def test_memory_view_numbers_equal_the_raw_events(relative: str) -> None:
         assert device_peaks[device]["peak_reserved_bytes"] == (max(reserved) if reserved else None)
         drawn = curve(records, device)
         drawable = [a for a in events if "Addr" in a and "Total Allocated" in a and "Total Reserved" in a]
-        assert drawn["points_in_window"] == len(drawable)
         reason = curve_unavailable_reason(records, device)
-        if not drawable:
-            assert drawn["curve"] == [] and "Total Allocated" in reason
+        if not drawable:  # Bytes only: the running sum of Bytes, as the Trace view draws it
+            assert "Total Allocated" in reason and drawn["curve_kind"] == "bytes_running_sum"
+            assert drawn["points_in_window"] == len(events)
+            assert drawn["curve"][-1][1:] == [sum(a["Bytes"] for a in events), None]
         else:
+            assert drawn["points_in_window"] == len(drawable)
             assert reason is None
             points = drawn["curve"]
             assert max(p[1] for p in points) == max(a["Total Allocated"] for a in drawable)

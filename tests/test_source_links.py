@@ -27,7 +27,7 @@ def test_frames_parse_and_link(tmp_path: Path) -> None:
     assert links["view"] == "/source?path=%2Fopt%2Fapp%2Ftrain%2Fmodel.py&line=123"
     assert links["external"] == "https://git.example.com/org/repo/blob/abc123/src/train/model.py#L123"
     vscode = frame_links(Settings(source_link_template="vscode://file/{path}:{line}"), frame)
-    assert vscode["external"] == "vscode://file//opt/app/train/model.py:123"
+    assert vscode["external"] == "vscode://file/opt/app/train/model.py:123"  # one slash, as VS Code wants
 
 
 def test_a_frame_link_names_the_run_it_came_from() -> None:

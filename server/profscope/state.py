@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from profscope.analysis.distributed import not_ranks_of_one_job
 from profscope.cache import TraceCache
 from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
@@ -266,7 +268,14 @@ class Profscope:
                 for t, s in zip(traces, states, strict=True)
             ],
             "snapshots": [
-                {"file": f.key, "worker": f.worker, "snapshot": f.span, "bytes": f.info.size, **s.to_json()}
+                {
+                    "file": f.key,
+                    "worker": f.worker,
+                    "snapshot": f.span,
+                    "bytes": f.info.size,
+                    **s.to_json(),
+                    "oom_devices": self.oom_devices(f) if s.state == "ready" else [],
+                }
                 for f, s in zip(snapshots, snapshot_states, strict=True)
             ],
             "memory_logs": [
@@ -274,6 +283,11 @@ class Profscope:
                 for f, s in zip(memory_logs, memory_log_states, strict=True)
             ],
         }
+
+    def oom_devices(self, snapshot: TraceFile) -> list[int]:
+        """The devices that ran out of memory in a parsed snapshot (from its cached summary)."""
+        data = self.store.result(snapshot.cache_key, "snapshot.summary")
+        return orjson.loads(data).get("oom_devices", []) if data else []
 
     @staticmethod
     def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:

@@ -101,7 +101,7 @@ def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Ser
     tooltip = page.get_by_test_id("band-tooltip")
     tooltip.wait_for(state="visible")
     assert point["addr"] in tooltip.inner_text()
-    assert "MB at 0x" in tooltip.inner_text()
+    assert "MiB at 0x" in tooltip.inner_text()
     screenshot(page, "memory-snapshot-hover")
 
     page.mouse.click(point["left"], point["top"])
@@ -182,10 +182,10 @@ def test_memory_log_curve_by_category_and_layer_sunbursts(page, memory_server: S
             strict=True,
         )
     }
-    # 2000.20 MB, 400.04 MB, 400.04 + 800.08 MB, 20.00 MB as logged
-    assert stats["Peak total"] == "2.0 GB" and stats["Parameters"] == "400 MB"
-    assert stats["Optimizer"] == "1.2 GB" and stats["Peak activations"] == "20.0 MB"
-    assert "peak 2.0 GB" in page.locator("#log-curve").inner_text()
+    # 2000.20 MiB, 400.04 MiB, 400.04 + 800.08 MiB, 20.00 MiB as logged
+    assert stats["Peak total"] == "2.0 GiB" and stats["Parameters"] == "400 MiB"
+    assert stats["Optimizer"] == "1.2 GiB" and stats["Peak activations"] == "20.0 MiB"
+    assert "peak 2.0 GiB" in page.locator("#log-curve").inner_text()
     assert query_of(page.url)["log"] == "memory.log" and query_of(page.url)["worker"] == "rank0_dp0_tp0"
     source = page.get_by_label("Trace, snapshot or memory.log")
     assert source.locator("option:checked").inner_text() == "memory.log \u00b7 rank0_dp0_tp0"
@@ -244,17 +244,25 @@ def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Se
     wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
 
 
-def test_old_trace_without_totals_says_why_no_curve_is_drawn(page, server: Server) -> None:
-    """torch-tb-profiler's V100 samples (PyTorch 1.9): [memory] events with Bytes only. The statistics are
-    shown; in place of an empty curve, the reason."""
+def test_old_trace_without_totals_draws_the_running_sum_of_bytes(page, server: Server) -> None:
+    """torch-tb-profiler's V100 samples (PyTorch 1.9): [memory] events with Bytes only. The curve is the
+    running sum of their Bytes since the trace started (what the Trace view draws as "GPU 0 memory
+    allocated"), said so above it; no reserved curve, no peak that was not recorded."""
     page.goto(f"{server.url}/memory?run=resnet50_num_workers_0")
-    chart = page.get_by_test_id("memory-curve")
-    chart.get_by_test_id("empty-state").wait_for()
-    assert "carry no 'Addr', 'Total Allocated'" in chart.inner_text()
-    assert chart.locator(".main-svg").count() == 0
+    wait_for_plot(page, "#memory-curve", "g.scatterlayer path.js-line")
+    note = page.get_by_test_id("curve-note").inner_text()
+    assert "running sum of their 'Bytes' since the trace started" in note
+    legend = " ".join(page.locator("#memory-curve g.legend text").all_text_contents())
+    assert "Allocated since the trace started" in legend and "Reserved" not in legend
+    stat_labels = page.locator(".mem-stat .label").all_inner_texts()
+    assert "Peak reserved" not in stat_labels and "Peak allocated" not in stat_labels
+    ticks = page.locator("#memory-curve g.xtick text").all_text_contents()
+    assert ticks and not any("M" in t for t in ticks)  # ms / s, not "12M µs"
+    assert page.locator("#memory-curve g.g-xtitle text").text_content().endswith("(s)")  # the trace lasts 1.03 s
     assert page.get_by_test_id("stats-table").locator("tbody tr").count() > 10
     _, body = get_json(f"{server.url}/api/memory?run=resnet50_num_workers_0")
-    assert body["device"] == "GPU0" and body["curve"] == [] and body["peak_allocated_bytes"] is None
+    assert body["device"] == "GPU0" and body["curve_kind"] == "bytes_running_sum"
+    assert body["peak_allocated_bytes"] is None and all(p[2] is None for p in body["curve"])
     assert "before PyTorch 1.10" in body["curve_reason"]
     screenshot(page, "memory-profiler-no-totals")
 
@@ -303,7 +311,7 @@ def test_oom_moment_with_its_request_and_stack_linked_to_source(page, tmp_path: 
         assert oom["at_us"] == trace[-1]["time_us"] - min(e["time_us"] for e in trace)
         text = moment.inner_text()
         assert f"at {oom['at_us']:,} \u00b5s on the timeline" in text
-        assert "6.0 GB" in text and "123 MB" in text
+        assert "6.0 GiB" in text and "123 MiB" in text
         screenshot(page, "memory-snapshot-oom")
         link = moment.get_by_test_id("oom-frames").locator("a.frame-link", has_text=SCRIPT).first
         target_line = int(link.inner_text().rsplit(":", 1)[1])

@@ -36,7 +36,7 @@ def test_progress_bar_then_view(page, server):
     page.goto(f"{server.url}/overview?run=resnet50_num_workers_0")
     progress = page.get_by_test_id("parse-progress")
     progress.wait_for()
-    assert "4.0 MB of 10.0 MB" in progress.inner_text()
+    assert "4.0 MiB of 10.0 MiB" in progress.inner_text()
     assert progress.locator('[role="progressbar"]').get_attribute("aria-valuenow") == "40"
     screenshot(page, "progress-mocked")
     wait_for_plot(page, "#step-chart", BARS)

@@ -113,13 +113,13 @@ def tensor_core_split(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {"using_us": used, "not_using_us": total - used}
 
 
-@payload("kernels.kernel")
+@payload("kernels.kernel", version=2)
 def kernels_by_name(context: TraceContext) -> dict[str, Any]:
     rows = kernel_rows(context.tables, context.tree, "kernel")
     return {"group_by": "kernel", "rows": rows, "tensor_cores": tensor_core_split(rows)}
 
 
-@payload("kernels.kernel_op", version=2)
+@payload("kernels.kernel_op", version=3)
 def kernels_by_launch(context: TraceContext) -> dict[str, Any]:
     rows = kernel_rows(context.tables, context.tree, "kernel_op")
     return {"group_by": "kernel_op", "rows": rows, "tensor_cores": tensor_core_split(rows)}

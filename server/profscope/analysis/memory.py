@@ -202,15 +202,16 @@ def _drawable(records: MemoryRecords) -> np.ndarray:
 
 
 def curve_unavailable_reason(records: MemoryRecords, device: str) -> str | None:
-    """Why the device's events draw no curve (None when they do): traces from before PyTorch 1.10 record
-    only ``Bytes``, without the address to pair them or the allocator's totals to draw (as the plugin)."""
+    """What the device's curve cannot show (None when it draws the allocator's totals): traces from
+    before PyTorch 1.10 record only ``Bytes``, without the address to pair them or the allocator's
+    totals; their curve is the running sum of ``Bytes`` from the trace's start (as the Trace view's)."""
     mine = records.device == records.names.index(device)
     if not mine.any() or (mine & _drawable(records)).any():
         return None
     return (
         "the memory events of this device carry no 'Addr', 'Total Allocated' or 'Total Reserved' (recorded "
-        "before PyTorch 1.10): there is no curve to draw and no allocation to pair with its release; the "
-        "statistics per operator come from their 'Bytes'"
+        "before PyTorch 1.10): the curve is the running sum of their 'Bytes' since the trace started (memory "
+        "allocated before it is unknown), there is no reserved curve and no allocation to pair with its release"
     )
 
 
@@ -224,24 +225,39 @@ def curve(
     """The device's allocated / reserved curve in the window, at most ~4 points per pixel column.
 
     Per column: its first and last points and the points of its smallest and largest allocated
-    value (and largest reserved), so every peak and every trough survives downsampling.
+    value (and largest reserved), so every peak and every trough survives downsampling. Events
+    without totals draw the running sum of their ``Bytes`` and no reserved (``null``) instead.
     """
-    mine = np.flatnonzero((records.device == records.names.index(device)) & _drawable(records))
-    t = records.ts_us[mine]
+    mine = records.device == records.names.index(device)
+    drawable = mine & _drawable(records)
+    if drawable.any() or not mine.any():
+        rows = np.flatnonzero(drawable)
+        allocated = records.total_allocated[rows].astype(np.float64)
+        reserved = records.total_reserved[rows].astype(np.float64)
+        kind = "totals"
+    else:
+        rows = np.flatnonzero(mine)
+        allocated = np.cumsum(records.nbytes[rows].astype(np.float64))
+        reserved = None
+        kind = "bytes_running_sum"
+    t = records.ts_us[rows]
     low = t[0] if len(t) and start_us is None else (start_us if start_us is not None else 0.0)
     high = t[-1] if len(t) and end_us is None else (end_us if end_us is not None else 0.0)
-    window = mine[(t >= low) & (t <= high)]
-    allocated = records.total_allocated[window]
-    reserved = records.total_reserved[window]
-    times = records.ts_us[window]
-    if len(window) > 4 * width_px:
-        keep = peak_preserving(times, low, high, width_px, (allocated, -allocated, reserved))
-        times, allocated, reserved = times[keep], allocated[keep], reserved[keep]
+    inside = (t >= low) & (t <= high)
+    times, allocated = t[inside], allocated[inside]
+    reserved = reserved[inside] if reserved is not None else None
+    if len(times) > 4 * width_px:
+        largest = (allocated, -allocated) if reserved is None else (allocated, -allocated, reserved)
+        keep = peak_preserving(times, low, high, width_px, largest)
+        times, allocated = times[keep], allocated[keep]
+        reserved = reserved[keep] if reserved is not None else None
+    reserved_column = reserved.tolist() if reserved is not None else [None] * len(times)
     return {
         "device": device,
+        "curve_kind": kind,
         "window_us": [float(low), float(high)],
-        "points_in_window": len(window),
-        "curve": np.stack([times, allocated, reserved], axis=1).tolist() if len(times) else [],
+        "points_in_window": int(inside.sum()),
+        "curve": [list(point) for point in zip(times.tolist(), allocated.tolist(), reserved_column, strict=True)],
     }
 
 

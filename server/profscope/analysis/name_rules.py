@@ -1,4 +1,4 @@
-"""Name rules shared by the analyses: steps, data loading, communication, tensor cores.
+"""Name rules shared by the analyses: steps, data loading, communication, matrix (tensor) cores.
 
 Kept in one place so that each rule has one definition (torch-tb-profiler's, widened where it
 silently missed newer names) and one test.
@@ -219,11 +219,42 @@ DTYPE_BYTES = {
 # Hopper warp-group MMA (wgmma/gmma) and cuBLAS "nvjet" kernels.
 _NEWER_TENSOR_CORE_KERNEL = re.compile(r"xmma|tensorop|tensor\d+x\d+x\d+|wgmma|gmma_|nvjet")
 
+# Matrix kernels of other vendors and libraries, named for what runs them (docs/definitions.md,
+# "Matrix cores"); each alternative was checked on the corpus's MI250 / MI300 / H100 / B200 traces.
+_MATRIX_CORE_KERNEL = re.compile(
+    r"^Cijk_.*_MI\d+x\d+x\d+"  # AMD Tensile / hipBLASLt GEMMs built on MFMA (or WMMA) instructions
+    r"|mfma|wmma"  # kernels named for the matrix instruction (vLLM's paged_attention_..._mfma16, CUTLASS wmma)
+    r"|_xdl_|xdlops"  # composable_kernel XDL kernels (XDL = MFMA)
+    r"|^igemm_\w+_gtcx"  # MIOpen implicit GEMM convolutions on xdlops
+    r"|(?-i:flash_fwd_kernel|flash_fwd_splitkv_kernel|flash_bwd_dq_dk_dv)"  # FlashAttention GEMMs
+    r"|fmha"  # fused multi-head attention (TensorRT-LLM, xformers, CK)
+    r"|^_?attn_fwd$"  # Triton flash attention (ROCm)
+    r"|^bmm_\w+_t\d+x\d+x\d+"  # TensorRT-LLM's generated Blackwell batched GEMMs (FP4 / FP8)
+    r"|matmul_ogs",  # triton_kernels' MoE matmul
+    re.IGNORECASE,
+)
+
 
 def uses_tensor_cores(kernel_name: str) -> bool:
-    return any(pattern in kernel_name for pattern in TENSOR_CORE_KERNEL_PATTERNS) or (
-        _NEWER_TENSOR_CORE_KERNEL.search(kernel_name) is not None
+    """The kernel runs on matrix cores: NVIDIA Tensor Cores, AMD MFMA / WMMA units (by name)."""
+    return (
+        any(pattern in kernel_name for pattern in TENSOR_CORE_KERNEL_PATTERNS)
+        or _NEWER_TENSOR_CORE_KERNEL.search(kernel_name) is not None
+        or _MATRIX_CORE_KERNEL.search(kernel_name) is not None
     )
+
+
+# Low-precision types as kernel names spell them (ATen templates, CUTLASS, cuBLAS, Tensile "HA"/"BBS").
+_LOW_PRECISION = {
+    "bf16": re.compile(r"bf16|bfloat16|_BBS_", re.IGNORECASE),
+    "fp16": re.compile(r"fp16|c10::Half|__half|_HHS_|h884|h1688|_f16", re.IGNORECASE),
+    "fp8": re.compile(r"fp8|e4m3|e5m2", re.IGNORECASE),
+}
+
+
+def low_precisions(kernel_names: list[str]) -> list[str]:
+    """The low-precision types (bf16, fp16, fp8) some kernel of the trace computes in, by name."""
+    return [kind for kind, pattern in _LOW_PRECISION.items() if any(pattern.search(n) for n in kernel_names)]
 
 
 def string_mask(strings: StringTable, predicate) -> np.ndarray:

@@ -131,7 +131,7 @@ def _has_row_above(tree: CallTree) -> np.ndarray:
     return above
 
 
-@payload("operators.operator", version=2)
+@payload("operators.operator", version=3)
 def operators_by_name(context: TraceContext) -> dict[str, Any]:
     rows = operator_rows(context.tables, context.tree, "operator")
     return {
@@ -142,7 +142,7 @@ def operators_by_name(context: TraceContext) -> dict[str, Any]:
     }
 
 
-@payload("operators.operator_input_shape", version=2)
+@payload("operators.operator_input_shape", version=3)
 def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
     rows = operator_rows(context.tables, context.tree, "operator_input_shape")
     return {

@@ -193,11 +193,26 @@ def recommendations(
         tc_used = sum(g["tensor_cores_pct"] * g["kernel_time_us"] for g in gpus)
         eligible_ratio = _tc_eligible_kernel_ratio(tree)
         if total_kernel > 0 and tc_used == 0 and eligible_ratio > 0:
-            advice.append(
-                f"Kernels with {round(eligible_ratio * 100)}% time are launched by Tensor Cores eligible operators. "
-                "You could enable Automatic Mixed Precision to speed up by using FP16."
-            )
+            advice.append(matrix_core_advice(eligible_ratio, name_rules.low_precisions(sorted(names_used))))
     return advice
+
+
+def matrix_core_advice(eligible_ratio: float, precisions: list[str]) -> str:
+    """The advice when no kernel ran on matrix cores, given the low precisions the run already uses:
+    AMP only for a run that computes in FP32 alone (torch-tb-profiler advised FP16 to every run)."""
+    share = (
+        f"Kernels with {round(eligible_ratio * 100)}% time are launched by matrix-core (Tensor Core) eligible operators"
+    )
+    if precisions:
+        return (
+            f"{share}, and the run already computes in {' / '.join(precisions)}, yet no kernel ran on matrix cores. "
+            "Check that these operators get low-precision inputs (inside torch.autocast) and that their matrix "
+            "dimensions are multiples of 8."
+        )
+    return (
+        f"{share}, all in FP32. You could enable Automatic Mixed Precision (torch.autocast with bfloat16, "
+        "or float16 on GPUs without bfloat16) to run them on matrix cores."
+    )
 
 
 def _tc_eligible_kernel_ratio(tree: CallTree) -> float:
@@ -306,6 +321,6 @@ def overview_for_step_range(context: TraceContext, step_range: str) -> dict[str,
     return {**build_overview(context.tables, context.tree, steps), "step_range": step_range}
 
 
-@payload("overview", version=2)
+@payload("overview", version=3)
 def overview_payload(context: TraceContext) -> dict[str, Any]:
     return build_overview(context.tables, context.tree, context.steps)

@@ -13,7 +13,7 @@ import numpy as np
 
 from profscope.analysis.payloads import payload
 from profscope.analysis.snapshot_allocations import device_memory
-from profscope.snapshot_tables import SnapshotTables
+from profscope.snapshot_tables import ACTION, SnapshotTables
 
 OMIT_FUNCTIONS = (
     "unwind::unwind",
@@ -65,7 +65,9 @@ def stack_frames(tables: SnapshotTables, stack: int, python_only: bool = False) 
 
 
 def top_frames(tables: SnapshotTables, stack: int) -> list[str]:
-    return [frame_text(f) for f in stack_frames(tables, stack, python_only=True)[:TOP_FRAMES]]
+    """The innermost Python frames (none for a stack without any: C++ allocator frames are not Python's)."""
+    python = [f for f in stack_frames(tables, stack, python_only=True) if is_python_frame(f["filename"])]
+    return [frame_text(f) for f in python[:TOP_FRAMES]]
 
 
 def live_allocations(tables: SnapshotTables, device: int, moment: str) -> tuple[np.ndarray, int]:
@@ -209,7 +211,7 @@ def _short(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-@payload("snapshot.summary", kind="snapshot")
+@payload("snapshot.summary", kind="snapshot", version=2)
 def snapshot_summary(tables: SnapshotTables) -> dict[str, Any]:
     devices = []
     segments = tables.table("segments")
@@ -226,13 +228,27 @@ def snapshot_summary(tables: SnapshotTables) -> dict[str, Any]:
                 "peak_reserved_bytes": int(max(memory.initial_reserved, memory.reserved.max(initial=0))),
                 "end_reserved_bytes": int(np.asarray(segments["total_size"])[on_device].sum()),
                 "segments": int(on_device.sum()),
+                **_first_oom(tables, device, memory.rows),
             }
         )
     return {
         "shape": tables.meta["shape"],
         "devices": devices,
+        "oom_devices": [d["device"] for d in devices if d["oom_count"]],
         "has_time": tables.meta["has_time"],
         "allocator_settings": tables.meta.get("allocator_settings"),
         "external_annotations": len(tables.meta.get("external_annotations") or []),
         "warnings": tables.meta.get("warnings", []),
     }
+
+
+def _first_oom(tables: SnapshotTables, device: int, rows: np.ndarray) -> dict[str, Any]:
+    """How many ``oom`` entries the device's trace holds, and the first one's time on the timeline's axis
+    (None without times): the page opens on it."""
+    entries = tables.table("entries")
+    ooms = rows[np.asarray(entries["action"])[rows] == ACTION["oom"]]
+    origin = device_origin_us(tables, device)
+    first_at = None
+    if len(ooms) and origin is not None and entries["time_us"][int(ooms[0])] >= 0:
+        first_at = int(entries["time_us"][int(ooms[0])]) - origin
+    return {"oom_count": len(ooms), "first_oom_at_us": first_at}

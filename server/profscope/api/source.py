@@ -70,8 +70,10 @@ def frame_links(settings: Settings, frame: dict[str, Any], file: TraceFile | Non
     links = {"view": "/source?" + urlencode({"path": path, "line": line, **came_from})}
     template = settings.source_link_template
     if template:
+        # "vscode://file/{path}" with an absolute path would read "file//home/...": the template's slash is the root
+        shown = path.lstrip("/") if "/{path}" in template else path
         links["external"] = template.format(
-            path=quote(path), line=line, relpath=quote(_repository_path(settings, path)), rev=settings.source_revision
+            path=quote(shown), line=line, relpath=quote(_repository_path(settings, path)), rev=settings.source_revision
         )
     return links
 

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from profscope.analysis.distributed import build_distributed, summary_from_json
 from profscope.analysis.payloads import query_of
 from profscope.analysis.rank_summary import rank_payload
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_run, get_state, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.views.responses import Distributed, NotDistributed
@@ -31,9 +32,11 @@ PAYLOAD = query_of(rank_payload).name
     responses={
         202: {"description": "Ranks are still being parsed: `{state, progress, ranks_ready, ranks_total}`; ask again."},
         404: {"description": "No such run, or no such span: `{detail}`."},
+        **CSV_RESPONSES,
         200: {
             "description": "The ranks side by side; or, for a run that is not distributed, "
-            "`{run, applies: false, reason}`."
+            "`{run, applies: false, reason}`.",
+            **CSV_RESPONSES[200],
         },
     },
 )
@@ -45,6 +48,7 @@ def distributed(
         description="Any worker's span id (the n-th span of every worker is the same window), or `#n` (1-based); "
         "default: the first span",
     ),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     state = get_state(request)
     found = run.span_group(span)
@@ -59,7 +63,8 @@ def distributed(
     body, progress = span_distributed(state, traces)
     if body is None:
         return json_response({**ident, **progress}, status_code=202)
-    return json_response({**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)})
+    body = {**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)}
+    return output.respond(body, f"{run.name}-distributed")
 
 
 def span_distributed(state: Profscope, traces: list[TraceFile]) -> tuple[dict[str, Any] | None, dict[str, Any]]:

@@ -9,10 +9,11 @@ from fastapi.responses import Response
 
 from profscope.analysis.kernels import kernels_by_launch, kernels_by_name
 from profscope.analysis.payloads import query_of
+from profscope.api.csv_export import ResponseFormat
 from profscope.api.deps import get_trace
 from profscope.catalog import TraceFile
 from profscope.views.responses import Kernels
-from profscope.views.shared import STATUS_DOC, TableQuery, cached_view
+from profscope.views.shared import TABLE_DOC, TableQuery, cached_view
 from profscope.views.view import NO_TRACE, RunFacts, View
 
 router = APIRouter(prefix="/api", tags=["views"])
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/api", tags=["views"])
 @router.get(
     "/kernels",
     response_model=Kernels,
-    responses=STATUS_DOC,
+    responses=TABLE_DOC,
     summary="Kernels grouped by name, or by launch properties and op",
 )
 def kernels(
@@ -29,8 +30,9 @@ def kernels(
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["kernel", "kernel_op"] = "kernel",
     query: TableQuery = Depends(),
+    output: ResponseFormat = Depends(),
 ) -> Response:
-    return cached_view(request, trace, f"kernels.{group_by}", query.apply)
+    return cached_view(request, trace, f"kernels.{group_by}", query.apply, output)
 
 
 def applies(facts: RunFacts) -> str | None:

@@ -37,6 +37,7 @@ from profscope.analysis.snapshot_timeline import (
     is_default_request,
     timeline,
 )
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
@@ -65,6 +66,7 @@ _STATUS_DOC = {
     404: {"description": "No such run, worker, span, snapshot, memory.log, device or layout: `{detail}`."},
     422: {"description": "The file could not be read (e.g. a pickle that is not plain data): `{error, file}`."},
 }
+_TABLE_DOC = {**_STATUS_DOC, **CSV_RESPONSES}  # a JSON twin that also answers format=csv
 
 
 def _ident(file: TraceFile) -> dict[str, str]:
@@ -86,7 +88,7 @@ def _window(start_us: float | None, end_us: float | None) -> None:
 @router.get(
     "",
     response_model=ProfilerMemory,
-    responses=_STATUS_DOC,
+    responses=_TABLE_DOC,
     summary="Profiler memory: devices, peaks, curve, memory events, per-op stats",
 )
 def profiler_memory(
@@ -96,6 +98,7 @@ def profiler_memory(
     start_us: float | None = Query(None, description="Window start, µs since the trace's first event"),
     end_us: float | None = Query(None, description="Window end, µs since the trace's first event"),
     width_px: int = Query(1500, ge=10, le=20000, description="Plot width: the curve keeps ~4 points per pixel"),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     """The curve is `[[t_us, allocated_bytes, reserved_bytes], ...]`, downsampled per pixel column keeping each
     column's first, last, lowest and highest points. `events` and `stats` are limited to the window.
@@ -126,7 +129,7 @@ def profiler_memory(
         raise HTTPException(404, detail=f"no device {chosen!r} in this trace; it has {records.names}")
     drawn = curve(records, chosen, start_us, end_us, width_px)
     device_peaks = peaks(records)
-    return json_response(
+    return output.respond(
         {
             **base,
             "device": chosen,
@@ -137,7 +140,8 @@ def profiler_memory(
             "curve_reason": curve_unavailable_reason(records, chosen),
             "events": memory_events(tables, records, attribution, chosen, start_us, end_us),
             "stats": memory_statistics(tables, records, attribution, start_us, end_us).get(chosen, []),
-        }
+        },
+        f"{trace.run}-memory-{chosen}",
     )
 
 
@@ -170,14 +174,20 @@ def get_snapshot(
     return found
 
 
-def _snapshot_view(request: Request, snapshot: TraceFile, shape: Callable[[SnapshotTables, dict], dict]) -> Response:
+def _snapshot_view(
+    request: Request,
+    snapshot: TraceFile,
+    shape: Callable[[SnapshotTables, dict], dict],
+    output: ResponseFormat | None = None,
+) -> Response:
     state = get_state(request)
     data, pending = payload_or_status(state, snapshot, "snapshot.summary")
     if pending is not None:
         return pending
     summary = orjson.loads(data)
     tables = state.store.snapshot_tables(snapshot.cache_key)
-    return json_response({**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)})
+    body = {**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)}
+    return output.respond(body, f"{snapshot.run}-{snapshot.span}") if output else json_response(body)
 
 
 def _device(summary: dict, device: int | None) -> int:
@@ -258,7 +268,7 @@ def snapshot_segments(
 @router.get(
     "/snapshot/top",
     response_model=SnapshotTop,
-    responses=_STATUS_DOC,
+    responses=_TABLE_DOC,
     summary="Largest allocations live at the peak (or at the end)",
 )
 def snapshot_top(
@@ -267,9 +277,13 @@ def snapshot_top(
     device: int | None = DeviceQuery,
     moment: Moment = MomentQuery,
     limit: int = Query(100, ge=1, le=5000, description="How many allocations"),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     return _snapshot_view(
-        request, snapshot, lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit)
+        request,
+        snapshot,
+        lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit),
+        output,
     )
 
 

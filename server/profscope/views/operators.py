@@ -10,11 +10,12 @@ from fastapi.responses import Response
 from profscope.analysis.callstacks import stacks_by_name, stacks_by_name_and_shape
 from profscope.analysis.operators import operators_by_name, operators_by_name_and_shape
 from profscope.analysis.payloads import query_of
+from profscope.api.csv_export import ResponseFormat
 from profscope.api.deps import get_state, get_trace
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
 from profscope.views.responses import Operators, OperatorStacks
-from profscope.views.shared import STATUS_DOC, TableQuery, cached_view
+from profscope.views.shared import STATUS_DOC, TABLE_DOC, TableQuery, cached_view
 from profscope.views.view import View
 
 router = APIRouter(prefix="/api", tags=["views"])
@@ -23,7 +24,7 @@ router = APIRouter(prefix="/api", tags=["views"])
 @router.get(
     "/operators",
     response_model=Operators,
-    responses=STATUS_DOC,
+    responses=TABLE_DOC,
     summary="Operators grouped by name or by name and input shape",
 )
 def operators(
@@ -31,8 +32,9 @@ def operators(
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
     query: TableQuery = Depends(),
+    output: ResponseFormat = Depends(),
 ) -> Response:
-    return cached_view(request, trace, f"operators.{group_by}", query.apply)
+    return cached_view(request, trace, f"operators.{group_by}", query.apply, output)
 
 
 @router.get(

@@ -8,10 +8,11 @@ from fastapi.responses import Response
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import overview_for_step_range, overview_payload
 from profscope.analysis.payloads import query_of
-from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
+from profscope.api.csv_export import ResponseFormat
+from profscope.api.deps import get_state, get_trace, payload_or_status
 from profscope.catalog import TraceFile
 from profscope.views.responses import Overview
-from profscope.views.shared import STATUS_DOC, cached_view, ident
+from profscope.views.shared import TABLE_DOC, cached_view, ident
 from profscope.views.view import View
 
 router = APIRouter(prefix="/api", tags=["views"])
@@ -21,7 +22,7 @@ OVERVIEW = query_of(overview_payload)
 @router.get(
     "/overview",
     response_model=Overview,
-    responses=STATUS_DOC,
+    responses=TABLE_DOC,
     summary="Step time breakdown, GPU summary, recommendations",
 )
 def overview(
@@ -32,9 +33,10 @@ def overview(
         description="Name of the host ranges (NVTX, record_function) to take as the steps, numbered in time order; "
         "default: ProfilerStep#N, else ranges named like steps (`iteration N`). Candidates: `step_ranges`.",
     ),
+    output: ResponseFormat = Depends(),
 ) -> Response:
     if step_range is None:
-        return cached_view(request, trace, OVERVIEW.name, lambda body: body)
+        return cached_view(request, trace, OVERVIEW.name, lambda body: body, output)
     state = get_state(request)
     _, pending = payload_or_status(state, trace, OVERVIEW.name)  # the stored tables are there once it is
     if pending is not None:
@@ -48,7 +50,7 @@ def overview(
         )
     except ValueError as exc:
         raise HTTPException(status_code=404, detail=f"{trace.key}: {exc}") from exc
-    return json_response({**ident(trace), **body})
+    return output.respond({**ident(trace), **body}, f"{trace.run}-{OVERVIEW.name}")
 
 
 VIEW = View("overview", "Overview", router, queries=(OVERVIEW,))

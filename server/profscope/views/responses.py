@@ -8,7 +8,7 @@ breaking a page silently. Free-form parts (a slice's ``args``, a Chrome trace ex
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +60,7 @@ class TraceFileState(FileState):
 
 class SnapshotFileState(FileState):
     snapshot: str
+    oom_devices: list[int]  # devices whose trace holds an ``oom`` entry (docs/definitions.md §19)
 
 
 class MemoryLogFileState(FileState):
@@ -344,6 +345,7 @@ class ProfilerMemory(MemoryIdent):
     window_us: list[Number] | None = None
     points_in_window: int | None = None
     curve: list[list[Number | None]]
+    curve_kind: Literal["totals", "bytes_running_sum"] | None = None  # docs/definitions.md §18
     curve_reason: str | None = None
     reason: str | None = None
     events: list[MemoryEventRow]
@@ -363,11 +365,14 @@ class SnapshotDevice(Strict):
     peak_reserved_bytes: int
     end_reserved_bytes: int
     segments: int
+    oom_count: int
+    first_oom_at_us: int | None  # on the timeline's axis; None without times
 
 
 class SnapshotSummary(SnapshotIdent):
     shape: str
     devices: list[SnapshotDevice]
+    oom_devices: list[int]
     has_time: bool
     allocator_settings: Row | None
     external_annotations: int

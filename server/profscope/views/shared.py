@@ -9,6 +9,7 @@ import orjson
 from fastapi import Query, Request
 from fastapi.responses import Response
 
+from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import get_state, json_response, payload_or_status
 from profscope.catalog import TraceFile
 
@@ -17,19 +18,27 @@ STATUS_DOC: dict[int | str, dict[str, Any]] = {
     404: {"description": "No such run, or no trace for the named worker / span: `{detail}`."},
     422: {"description": "The trace could not be read: `{error, file}`."},
 }
+TABLE_DOC = {**STATUS_DOC, **CSV_RESPONSES}  # a JSON twin that also answers format=csv
 
 
 def ident(trace: TraceFile) -> dict[str, str]:
     return {"run": trace.run, "worker": trace.worker, "span": trace.span, "file": trace.key}
 
 
-def cached_view(request: Request, trace: TraceFile, query: str, shape: Callable[[Any], dict[str, Any]]) -> Response:
-    """The cached result of ``query`` for ``trace`` passed through ``shape``, or the 202 / 422 status while there
-    is none."""
+def cached_view(
+    request: Request,
+    trace: TraceFile,
+    query: str,
+    shape: Callable[[Any], dict[str, Any]],
+    output: ResponseFormat | None = None,
+) -> Response:
+    """The cached result of ``query`` for ``trace`` passed through ``shape`` (as JSON, or one table as CSV with
+    ``output``), or the 202 / 422 status while there is none."""
     data, pending = payload_or_status(get_state(request), trace, query)
     if pending is not None:
         return pending
-    return json_response({**ident(trace), **shape(orjson.loads(data))})
+    body = {**ident(trace), **shape(orjson.loads(data))}
+    return output.respond(body, f"{trace.run}-{query}") if output else json_response(body)
 
 
 class TableQuery:

@@ -1,6 +1,7 @@
-// plotly.js helpers (loaded from /static/vendor/plotly.min.js as window.Plotly; no CDN).
+// plotly.js helpers (loaded on demand from /static/vendor/plotly.min.js as window.Plotly; no CDN).
 
 import { clear, el } from "./dom.js";
+import { middleEllipsis } from "./ellipsis.js";
 import { fmtPctSign, fmtUs, timeUnit } from "./format.js";
 
 // Tableau 20: distinguishable, restrained.
@@ -16,15 +17,68 @@ export const FONT = {
   color: "#1d232b",
 };
 
+const PLOTLY_SRC = "/static/vendor/plotly.min.js";
+
+/** A modebar button that saves the chart as SVG (plotly's own camera button saves PNG). */
+const SVG_BUTTON = {
+  name: "Download as SVG",
+  icon: {
+    width: 1000,
+    height: 1000,
+    path: "M500 50 L500 650 M300 450 L500 650 L700 450 M150 750 L150 900 L850 900 L850 750",
+    transform: "matrix(1 0 0 1 0 0)",
+  },
+  click: (gd) => window.Plotly.downloadImage(gd, { format: "svg", filename: imageName() }),
+};
+
+function imageName() {
+  return `profscope-${document.body.dataset.page || "chart"}`;
+}
+
 export const PLOT_CONFIG = {
   displaylogo: false,
   responsive: true,
-  modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines"],
+  modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d", "toggleSpikelines", "sendChartToCloud"],
+  modeBarButtonsToAdd: [SVG_BUTTON],
+  toImageButtonOptions: { filename: imageName() },
 };
 
-export function plotly() {
-  if (!window.Plotly) throw new Error("plotly.js did not load (/static/vendor/plotly.min.js)");
-  return window.Plotly;
+/** For small charts (pies, sunbursts, bars without zoom): the modebar holds only the PNG and SVG downloads. */
+export const SMALL_PLOT_CONFIG = {
+  displaylogo: false,
+  responsive: true,
+  modeBarButtons: [["toImage", SVG_BUTTON]],
+  toImageButtonOptions: { filename: imageName() },
+};
+
+/**
+ * plotly.js (4.8 MB) is fetched and parsed only when the first chart is drawn, after the page's
+ * numbers and tables are on screen; the script element is the single source of truth of the load.
+ */
+export function loadPlotly() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  let script = document.querySelector("script[data-plotly]");
+  if (!script) {
+    script = document.createElement("script");
+    script.src = PLOTLY_SRC;
+    script.async = true;
+    script.dataset.plotly = "";
+    document.head.append(script);
+  }
+  return new Promise((resolve, reject) => {
+    script.addEventListener("load", () => resolve(window.Plotly), { once: true });
+    script.addEventListener("error", () => reject(new Error(`plotly.js did not load (${PLOTLY_SRC})`)), { once: true });
+  });
+}
+
+/** Draw into `target` once plotly.js is loaded: draw(Plotly); skipped when the page replaced `target` meanwhile. */
+export function drawChart(target, draw) {
+  return loadPlotly().then(
+    (Plotly) => {
+      if (target.isConnected) draw(Plotly);
+    },
+    (error) => clear(target, el("div", { class: "pie-empty", role: "alert", text: error.message })),
+  );
 }
 
 /** plotly renders a small HTML subset in text; entity-escape names so `<` `>` `&` show as typed. */
@@ -47,7 +101,7 @@ export function purgeCharts(container) {
 }
 
 /**
- * A donut with an HTML legend (names stay text nodes, long names get an ellipsis and a tooltip).
+ * A donut with an HTML legend (names stay text nodes, long names are cut in the middle, with a tooltip).
  * slices: [{label, value, color?, key?}]; onSelect(slice) when a named slice is clicked.
  */
 export function renderPie(
@@ -75,7 +129,7 @@ export function renderPie(
           onclick: onSelect && slice.key !== undefined ? () => onSelect(slice) : null,
         },
         el("span", { class: "swatch", style: { background: colors[i] } }),
-        el("span", { class: "label", text: slice.label }),
+        middleEllipsis(slice.label, { cls: "label" }),
         el("span", { class: "value", text: fmtUs(slice.value) }),
         el("span", { class: "share", text: fmtPctSign((100 * slice.value) / total) }),
       ),
@@ -103,13 +157,15 @@ export function renderPie(
     uniformtext: { minsize: 9, mode: "hide" },
     hoverlabel: { font: { family: FONT.family, size: 11 }, align: "left" },
   };
-  plotly().newPlot(chart, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
-  if (onSelect) {
-    chart.on("plotly_click", (event) => {
-      const slice = shown[event.points?.[0]?.pointNumber];
-      if (slice && slice.key !== undefined) onSelect(slice);
-    });
-  }
+  drawChart(chart, (Plotly) => {
+    Plotly.newPlot(chart, [trace], layout, SMALL_PLOT_CONFIG);
+    if (onSelect) {
+      chart.on("plotly_click", (event) => {
+        const slice = shown[event.points?.[0]?.pointNumber];
+        if (slice && slice.key !== undefined) onSelect(slice);
+      });
+    }
+  });
 }
 
 /** Top `n` rows by `metric` as pie slices, plus one "Other" slice for the rest when `withOther`. */
@@ -125,6 +181,29 @@ export function topSlices(rows, metric, n, { label, key, withOther = false }) {
     });
   }
   return slices;
+}
+
+/**
+ * A plotly x axis over µs data whose ticks read in the unit the range calls for ("606.5 ms",
+ * "12 s", never "12M µs" or "606500 µs"); about six ticks on round values of that unit.
+ */
+export function timeAxis([lowUs, highUs], title) {
+  const unit = timeUnit(Math.max(Math.abs(lowUs), Math.abs(highUs)));
+  const low = lowUs / unit.divisor;
+  const high = highUs / unit.divisor;
+  const rough = Math.max(high - low, 1e-9) / 6;
+  const magnitude = 10 ** Math.floor(Math.log10(rough));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((candidate) => candidate >= rough);
+  const digits = Math.max(0, -Math.floor(Math.log10(step)) + (step / magnitude === 2.5 ? 1 : 0));
+  const format = new Intl.NumberFormat("en-US", { maximumFractionDigits: digits });
+  const tickvals = [];
+  const ticktext = [];
+  for (let i = Math.ceil(low / step); i * step <= high + step * 1e-9; i += 1) {
+    const value = Number((i * step).toPrecision(12));
+    tickvals.push(value * unit.divisor);
+    ticktext.push(format.format(value));
+  }
+  return { title: { text: `${title} (${unit.label})` }, tickmode: "array", tickvals, ticktext, zeroline: false };
 }
 
 /**
@@ -156,11 +235,13 @@ export function renderStepBars(target, { steps, categories, totalKey, yLabel = "
     hovermode: "closest",
     bargap: steps.length < 4 ? 0.6 : 0.25,
   };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
-  if (onSelect) {
-    target.on("plotly_click", (event) => {
-      const step = steps[event.points?.[0]?.pointIndex];
-      if (step) onSelect(step);
-    });
-  }
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
+    if (onSelect) {
+      target.on("plotly_click", (event) => {
+        const step = steps[event.points?.[0]?.pointIndex];
+        if (step) onSelect(step);
+      });
+    }
+  });
 }

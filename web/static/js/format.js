@@ -15,6 +15,17 @@ export function fmtUs(value) {
   return Math.abs(value) >= 1000 ? integer.format(value) : upTo2.format(value);
 }
 
+/**
+ * A formatter for one column of µs values: every cell gets the same number of decimals, chosen by the
+ * column's largest value (0 from 1,000 µs, 1 from 10 µs, else 2), so a column never mixes "3,762" and "493.91".
+ */
+export function fmtUsColumn(values) {
+  const largest = Math.max(0, ...values.filter((v) => !missing(v)).map(Math.abs));
+  const digits = largest >= 1000 ? 0 : largest >= 10 ? 1 : 2;
+  const format = new Intl.NumberFormat("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  return (value) => (missing(value) ? DASH : format.format(value));
+}
+
 export function fmtInt(value) {
   return missing(value) ? DASH : integer.format(value);
 }
@@ -44,9 +55,9 @@ export function fmtDim(value) {
   return Array.isArray(value) ? value.join(",") : String(value);
 }
 
-const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB"];
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 
-/** Human byte counts in powers of 1024 (the unit the old plugin and nvidia-smi use). */
+/** Human byte counts in powers of 1024 with binary prefixes (KiB, MiB, GiB): the one unit convention of every page. */
 export function fmtBytes(bytes) {
   if (missing(bytes)) return DASH;
   let value = bytes;
@@ -59,8 +70,8 @@ export function fmtBytes(bytes) {
   return `${text} ${BYTE_UNITS[unit]}`;
 }
 
-export function fmtGB(bytes) {
-  return missing(bytes) ? DASH : `${fixed2.format(bytes / 1024 ** 3)} GB`;
+export function fmtGiB(bytes) {
+  return missing(bytes) ? DASH : `${fixed2.format(bytes / 1024 ** 3)} GiB`;
 }
 
 /** A unit for a time axis so that the largest value reads well: µs, ms or s. */

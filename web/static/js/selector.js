@@ -2,8 +2,12 @@
 
 import { ApiError, getJSON, postJSON } from "./api.js";
 import { byId, clear, el } from "./dom.js";
+import { shortenMiddle } from "./ellipsis.js";
 import { emptyState, errorBox, progressBar } from "./status.js";
 import { readParams, withQuery } from "./urlstate.js";
+
+// Run and worker names longer than this are cut in the middle in their <select> (full name on hover).
+const RUN_LABEL_CHARS = 46;
 
 // Parameters that name a row of one trace: dropped when the trace changes.
 const TRACE_LOCAL_PARAMS = ["stack", "shape", "module", "expanded"];
@@ -62,9 +66,9 @@ function navigate(page, changes) {
 }
 
 function select(id, label, options, current, onChange) {
-  const node = el("select", { id, "aria-label": label, onchange: (e) => onChange(e.target.value) });
+  const node = el("select", { id, "aria-label": label, title: current, onchange: (e) => onChange(e.target.value) });
   for (const option of options) {
-    node.append(el("option", { value: option.value, selected: option.value === current, text: option.label }));
+    node.append(el("option", { value: option.value, selected: option.value === current, text: option.label, title: option.value }));
   }
   if (current === null) node.prepend(el("option", { value: "", selected: true, disabled: true, text: "choose\u2026" }));
   return el("label", {}, label, node);
@@ -117,10 +121,10 @@ function renderBar(page, runs, runInfo, worker, span) {
   const spans = workers.find((w) => w.worker === worker)?.spans || [];
   clear(
     bar,
-    select("sel-run", "Run", runs.map((r) => ({ value: r.run, label: r.run })), runInfo ? runInfo.run : null, (run) =>
+    select("sel-run", "Run", runs.map((r) => ({ value: r.run, label: shortenMiddle(r.run, RUN_LABEL_CHARS) })), runInfo ? runInfo.run : null, (run) =>
       navigate(page, { run, worker: null, span: null }),
     ),
-    select("sel-worker", "Worker", workers.map((w) => ({ value: w.worker, label: w.worker })), worker, (next) => {
+    select("sel-worker", "Worker", workers.map((w) => ({ value: w.worker, label: shortenMiddle(w.worker, RUN_LABEL_CHARS) })), worker, (next) => {
       // Keep the span's position: ranks of one job have different span ids for the same window.
       const index = Math.max(0, spans.indexOf(span));
       const nextSpans = workers.find((w) => w.worker === next)?.spans || [];

@@ -1,7 +1,9 @@
 // Sortable data tables with sticky headers, right-aligned numbers and optional expandable rows.
 
+import { csvButton, csvFilename } from "./csv.js";
 import { byId, clear, el } from "./dom.js";
-import { fmtInt } from "./format.js";
+import { middleEllipsis } from "./ellipsis.js";
+import { fmtInt, fmtUs, fmtUsColumn } from "./format.js";
 import { emptyState } from "./status.js";
 
 const INITIAL_LIMIT = 1000;
@@ -31,11 +33,17 @@ export function sortRows(rows, sort) {
 }
 
 /**
- * columns: [{key, label, title?, num?, cls?, format?(value, row), cell?(row) -> Node}]
- * options: {rows, sort, onSort, rowKey, expandedKey, onToggle, renderDetail, caption}
+ * columns: [{key, label, title?, num?, cls?, format?(value, row), cell?(row) -> Node, csv?(row)}]
+ * options: {rows, sort, onSort, rowKey, expandedKey, onToggle, renderDetail, caption, csvName}
+ * Name columns (cls "name" / "op") are shortened in the middle and can be widened by dragging
+ * their header's right edge; every table has a CSV download of its rows in the order shown.
  */
 export function renderTable(container, options) {
-  const { columns, rows, sort, onSort, rowKey, expandedKey = null, onToggle = null, renderDetail = null } = options;
+  const { rows, sort, onSort, rowKey, expandedKey = null, onToggle = null, renderDetail = null } = options;
+  // µs columns: one number of decimals per column (see fmtUsColumn)
+  const columns = options.columns.map((col) =>
+    col.format === fmtUs ? { ...col, format: fmtUsColumn(rows.map((row) => row[col.key])) } : col,
+  );
   let limit = options.limit || INITIAL_LIMIT;
   const expandable = Boolean(onToggle);
   const sortKey = sort ? sort.replace(/^-/, "") : null;
@@ -58,6 +66,7 @@ export function renderTable(container, options) {
       },
       col.label,
       el("span", { class: "arrow", text: active ? (descending ? "\u25bc" : "\u25b2") : "" }),
+      NAME_CLASSES.includes(col.cls) ? resizeHandle(col.cls) : null,
     );
     return th;
   });
@@ -75,9 +84,10 @@ export function renderTable(container, options) {
       const isExpanded = expandable && key === expandedKey;
       const cells = columns.map((col) => {
         const value = row[col.key];
-        const content = col.cell ? col.cell(row) : col.format ? col.format(value, row) : value ?? "";
+        const text = col.format ? col.format(value, row) : value ?? "";
+        const content = col.cell ? col.cell(row) : NAME_CLASSES.includes(col.cls) ? middleEllipsis(text) : text;
         const td = el("td", { class: [col.num ? "num" : "", col.cls || ""].join(" ").trim() || null }, content);
-        if (["name", "op", "shape"].includes(col.cls)) td.title = value == null ? "" : String(value);
+        if (col.cls === "shape") td.title = value == null ? "" : String(value);
         return td;
       });
       const tr = el(
@@ -128,8 +138,43 @@ export function renderTable(container, options) {
   }
 
   fillBody();
-  clear(container, scroll, foot);
+  const tools = el(
+    "div",
+    { class: "table-tools" },
+    csvButton(() => ({
+      filename: csvFilename(options.csvName || options.testid || "table"),
+      header: columns.map((col) => col.label),
+      rows: rows.map((row) => columns.map((col) => (col.csv ? col.csv(row) : row[col.key]))),
+    })),
+  );
+  clear(container, tools, scroll, foot);
   return table;
+}
+
+const NAME_CLASSES = ["name", "op"];
+
+/** Drag a name column's header edge to widen or narrow it (sets --w-name / --w-op on the table). */
+function resizeHandle(cls) {
+  return el("span", {
+    class: "col-resize",
+    title: "Drag to widen the column",
+    onclick: (event) => event.stopPropagation(), // not a sort click
+    onpointerdown: (event) => {
+      event.preventDefault();
+      event.stopPropagation();
+      const th = event.currentTarget.parentElement;
+      const table = th.closest("table");
+      const startX = event.clientX;
+      const startWidth = th.getBoundingClientRect().width;
+      const move = (e) => table.style.setProperty(`--w-${cls}`, `${Math.max(80, startWidth + e.clientX - startX)}px`);
+      const up = () => {
+        window.removeEventListener("pointermove", move);
+        window.removeEventListener("pointerup", up);
+      };
+      window.addEventListener("pointermove", move);
+      window.addEventListener("pointerup", up);
+    },
+  });
 }
 
 /** Scroll a row into view and flash it. */

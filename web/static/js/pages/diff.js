@@ -4,7 +4,7 @@
 // base_run / base_worker / base_span, group_by, kernel_group_by, tree_path repeated per level).
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, plotly, purgeCharts } from "../charts.js";
+import { drawChart, FONT, PLOT_CONFIG, purgeCharts } from "../charts.js";
 import { byId, clear, debounce, el } from "../dom.js";
 import { DASH, fmtInt, fmtPct, fmtUs } from "../format.js";
 import { initSelector, setJsonLink } from "../selector.js";
@@ -152,7 +152,7 @@ function renderWaterfall(container, steps) {
     font: FONT, margin: { l: 60, r: 10, t: 24, b: 40 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     yaxis: { title: { text: "Average step (\u00b5s)" }, rangemode: "tozero" }, showlegend: false,
   };
-  plotly().newPlot(container, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
+  drawChart(container, (Plotly) => Plotly.newPlot(container, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false }));
 }
 
 function stepTable(steps) {

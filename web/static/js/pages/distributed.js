@@ -2,7 +2,7 @@
 // per-rank analyses), stragglers, collectives and process groups. State: run / span / step / table sorts.
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, plotly, plotText } from "../charts.js";
+import { drawChart, FONT, PLOT_CONFIG, plotText } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -91,8 +91,10 @@ function stackedBars(target, ranks, series, { valueOf, unitLabel = null, percent
     hovermode: "closest",
     bargap: ranks.length < 4 ? 0.5 : 0.2,
   };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
-  if (onClick) target.on("plotly_click", (event) => onClick(ranks[event.points?.[0]?.pointIndex]));
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
+    if (onClick) target.on("plotly_click", (event) => onClick(ranks[event.points?.[0]?.pointIndex]));
+  });
 }
 
 function chartPanel(title, sub, id, testid) {
@@ -256,14 +258,14 @@ function groupsTable(data) {
     { key: "label", label: "Group" },
     { key: "desc", label: "Description", cls: "op" },
     { key: "dimension", label: "Dimension", format: (v) => v || DASH, title: "From the description: world, dp, tp, pp, ep, cp..." },
-    { key: "size", label: "Size", num: true, format: fmtInt },
+    { key: "size", label: "Ranks #", num: true, format: fmtInt, title: "Number of ranks in the group" },
     { key: "members", label: "Ranks", cls: "op" },
     { key: "types", label: "Collectives" },
     { key: "calls", label: "Calls", num: true, format: fmtInt },
     us("Total", "total_us"),
     us("Data transfer", "data_transfer_us"),
     us("Synchronizing", "synchronizing_us"),
-    { key: "total_bytes", label: "Size", num: true, format: fmtBytes },
+    { key: "total_bytes", label: "Data size", num: true, format: fmtBytes, title: "Bytes moved by the group's collectives" },
   ], rows, (r) => `${r.label}\u0000${r.desc}`);
 }
 
@@ -307,10 +309,12 @@ function stragglerChart(target, data) {
     showlegend: false,
     bargap: rows.length < 4 ? 0.5 : 0.2,
   };
-  plotly().newPlot(target, traces, layout, PLOT_CONFIG);
-  target.on("plotly_click", (event) => {
-    const row = rows[event.points?.[0]?.pointIndex];
-    if (row?.worst?.trace_url) location.assign(row.worst.trace_url);
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
+    target.on("plotly_click", (event) => {
+      const row = rows[event.points?.[0]?.pointIndex];
+      if (row?.worst?.trace_url) location.assign(row.worst.trace_url);
+    });
   });
 }
 

@@ -27,8 +27,8 @@ const TIMES = [
 ];
 
 function columns(groupBy) {
-  const tcUsed = { key: "tensor_cores_used", label: "Uses TC", format: fmtBool,
-    title: "The kernel runs on Tensor Cores (detected from its name)" };
+  const tcUsed = { key: "tensor_cores_used", label: "Matrix Cores", format: fmtBool,
+    title: "The kernel runs on matrix cores: NVIDIA Tensor Cores, AMD MFMA / WMMA (recognised by its name)" };
   if (groupBy === "kernel") return [{ key: "name", label: "Name", cls: "name" }, tcUsed, ...TIMES];
   return [
     { key: "name", label: "Name", cls: "name" },
@@ -108,7 +108,7 @@ function renderPies() {
     el(
       "section",
       { class: "panel pie-panel", "data-testid": "pie-tensor-cores" },
-      el("h2", {}, "Tensor Cores", el("span", { class: "sub", text: "kernel time using / not using Tensor Cores" })),
+      el("h2", {}, "Matrix Cores", el("span", { class: "sub", text: "kernel time on Tensor Cores / MFMA / WMMA or not" })),
       el("div", { id: "pie-tc" }),
     ),
   );
@@ -120,8 +120,8 @@ function renderPies() {
   const tc = data.tensor_cores || {};
   renderPie(byId("pie-tc"), {
     slices: [
-      { label: "Using Tensor Cores", value: tc.using_us || 0, color: TC_COLORS.using },
-      { label: "Not using Tensor Cores", value: tc.not_using_us || 0, color: TC_COLORS.notUsing },
+      { label: "On matrix cores", value: tc.using_us || 0, color: TC_COLORS.using },
+      { label: "Not on matrix cores", value: tc.not_using_us || 0, color: TC_COLORS.notUsing },
     ],
     emptyText: "No kernel time recorded.",
   });

@@ -4,9 +4,9 @@
 // State in the URL: run, worker, span | snapshot | log, device, start/end (window), moment, category, sorts.
 
 import { getJSON, isAbort, loadView } from "../api.js";
-import { FONT, PALETTE, PLOT_CONFIG, plotly, plotText } from "../charts.js";
+import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtBytes, fmtInt, fmtPctSign, fmtUs } from "../format.js";
+import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showStorageBanner, showViewError, unknownRunBox, updateNavLinks } from "../selector.js";
 import { emptyState, errorBox, loading } from "../status.js";
 import { renderTable, sortRows } from "../table.js";
@@ -18,6 +18,11 @@ const root = byId("memory");
 let controller = null;
 
 const MIB = 1024 * 1024;
+// Sector labels that would be drawn below 9 px are hidden rather than unreadable (the hover has every
+// name); each sector's text turns the way that fits it best ("auto" orientation).
+const SUNBURST_LAYOUT = {
+  font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)", uniformtext: { minsize: 9, mode: "hide" },
+};
 const STATE_COLORS = { active_allocated: "#4e79a7", active_pending_free: "#e15759", inactive: "#d5d9df" };
 
 function numberOrNull(value) {
@@ -222,8 +227,13 @@ class ProfilerMemory {
     const stats = el(
       "div",
       { class: "mem-stats" },
-      stat("Peak allocated", fmtBytes(data.peak_allocated_bytes), "Largest 'Total Allocated' of this device's memory events"),
-      stat("Peak reserved", fmtBytes(data.peak_reserved_bytes), "Largest 'Total Reserved' (allocated + cached by the allocator)"),
+      data.peak_allocated_bytes != null
+        ? stat("Peak allocated", fmtBytes(data.peak_allocated_bytes), "Largest 'Total Allocated' of this device's memory events")
+        : null,
+      // The CPU allocator reserves nothing (kineto writes 0); old traces record no totals: not shown.
+      data.peak_reserved_bytes && data.device !== "CPU"
+        ? stat("Peak reserved", fmtBytes(data.peak_reserved_bytes), "Largest 'Total Reserved' (allocated + cached by the allocator)")
+        : null,
       stat("Memory events in range", fmtInt(data.points_in_window)),
     );
     const chart = el("div", { class: "chart", id: "memory-curve", "data-testid": "memory-curve" });
@@ -233,14 +243,12 @@ class ProfilerMemory {
       root,
       el("div", { class: "page-head" }, el("h1", { text: "Memory" }), el("span", { class: "sub", text: `${data.worker} \u00b7 ${data.span}` })),
       controls,
-      el("section", { class: "panel" }, el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "allocated and reserved bytes; peak marked" })), stats, chart),
+      el("section", { class: "panel" }, el("h2", {}, "Memory Curve", el("span", { class: "sub", text: "allocated and reserved bytes; peak marked" })), stats,
+        data.curve_reason ? el("p", { class: "muted small", "data-testid": "curve-note", text: `The curve: ${data.curve_reason}.` }) : null, chart),
       events.panel,
       opStats.panel,
     );
-    if (data.curve_reason) {
-      chart.style.height = "auto";
-      clear(chart, emptyState("No memory curve for this device", data.curve_reason));
-    } else this.drawCurve(chart);
+    this.drawCurve(chart);
     this.drawTable(events, data.events, EVENT_COLUMNS, "events_sort", "eventsSort", "No memory event in this range.");
     this.drawTable(opStats, data.stats, STAT_COLUMNS, "stats_sort", "statsSort", "No operator allocated memory in this range.");
   }
@@ -268,33 +276,40 @@ class ProfilerMemory {
     const points = this.data.curve;
     const x = points.map((p) => p[0]);
     const allocated = points.map((p) => p[1] / MIB);
-    const reserved = points.map((p) => p[2] / MIB);
+    const withReserved = this.data.device !== "CPU" && points.some((p) => p[2] !== null);
+    const sinceStart = this.data.curve_kind === "bytes_running_sum";
     let peakIndex = 0;
     for (let i = 1; i < allocated.length; i += 1) if (allocated[i] > allocated[peakIndex]) peakIndex = i;
+    const at = "%{x:,.1f} \u00b5s";
     const traces = [
-      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 }, name: "Allocated", x, y: allocated,
-        hovertemplate: "%{x:,.1f} \u00b5s<br>allocated %{y:,.2f} MiB<extra></extra>" },
-      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x, y: reserved,
-        hovertemplate: "%{x:,.1f} \u00b5s<br>reserved %{y:,.2f} MiB<extra></extra>" },
+      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 },
+        name: sinceStart ? "Allocated since the trace started" : "Allocated", x, y: allocated,
+        hovertemplate: `${at}<br>allocated %{y:,.2f} MiB<extra></extra>` },
     ];
+    if (withReserved) {
+      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x,
+        y: points.map((p) => p[2] / MIB), hovertemplate: `${at}<br>reserved %{y:,.2f} MiB<extra></extra>` });
+    }
     const annotations = [];
     if (points.length) {
       traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "Peak",
-        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: "peak %{y:,.2f} MiB at %{x:,.1f} \u00b5s<extra></extra>" });
+        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: `peak %{y:,.2f} MiB at ${at}<extra></extra>` });
       const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
       annotations.push({ x: x[peakIndex], y: allocated[peakIndex], text: `${what} ${plotText(fmtBytes(points[peakIndex][1]))}`,
         showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
     }
     const layout = {
       font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "closest",
-      xaxis: { title: { text: "time since the trace starts (\u00b5s)" }, zeroline: false },
+      xaxis: timeAxis(this.data.window_us, "time since the trace starts"),
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.08 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };
-    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
-    chart.on("plotly_relayout", (change) => {
-      if (change["xaxis.autorange"]) this.setWindow(null, null);
-      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    drawChart(chart, (Plotly) => {
+      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
+      chart.on("plotly_relayout", (change) => {
+        if (change["xaxis.autorange"]) this.setWindow(null, null);
+        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+      });
     });
   }
 
@@ -344,6 +359,9 @@ class SnapshotMemory {
       clear(root, emptyState("This snapshot has no segments and no trace entries"));
       return;
     }
+    // Opened without a device: the one that ran out of memory, if any (its OOM panel is scrolled to).
+    this.openOnOom = this.device === null && (this.summary.oom_devices || []).length > 0;
+    if (this.openOnOom) this.device = this.summary.oom_devices[0];
     if (this.device === null || !this.summary.devices.some((d) => d.device === this.device)) this.device = this.summary.devices[0].device;
     updateUrl({ device: this.device });
     this.render();
@@ -358,7 +376,7 @@ class SnapshotMemory {
     this.segmentsEl = el("div", { "data-testid": "segments" });
     this.topEl = el("div", { "data-testid": "top-allocations" });
     this.sunburstEl = el("div", { class: "chart sunburst", id: "stack-sunburst", "data-testid": "stack-sunburst" });
-    this.oomEl = el("div", { "data-testid": "oom" });
+    this.oomEl = el("div", { "data-testid": "oom", id: "oom" });
     const momentButtons = el(
       "span",
       { class: "segmented", role: "group", "aria-label": "Moment" },
@@ -373,13 +391,9 @@ class SnapshotMemory {
       el(
         "div",
         { class: "controls" },
-        deviceSelect(this.summary.devices.map((d) => ({ value: d.device, label: `cuda:${d.device}` })), this.device, "Device", (next) => {
-          this.device = Number(next);
-          this.window = { start: null, end: null };
-          updateUrl({ device: next, start: null, end: null, allocation: null });
-          this.render();
-        }),
+        deviceSelect(this.summary.devices.map((d) => ({ value: d.device, label: `cuda:${d.device}${d.oom_count ? " (out of memory)" : ""}` })), this.device, "Device", (next) => this.showDevice(Number(next))),
       ),
+      this.oomBanner(info),
       el(
         "div",
         { class: "mem-stats" },
@@ -406,6 +420,30 @@ class SnapshotMemory {
     if (this.pinned !== null) this.pin(this.pinned);
   }
 
+  showDevice(device) {
+    this.device = device;
+    this.openOnOom = false;
+    this.window = { start: null, end: null };
+    updateUrl({ device, start: null, end: null, allocation: null });
+    this.render();
+  }
+
+  /** Which devices ran out of memory: this one (with a link down to its OOM panel) or others (to switch). */
+  oomBanner(info) {
+    const others = (this.summary.oom_devices || []).filter((d) => d !== this.device);
+    if (!info.oom_count && !others.length) return null;
+    const when = info.first_oom_at_us !== null && info.first_oom_at_us !== undefined ? ` at ${fmtDuration(info.first_oom_at_us)} on the timeline` : "";
+    return el("div", { class: "oom-banner", role: "alert", "data-testid": "oom-banner" },
+      info.oom_count
+        ? [`cuda:${this.device} ran out of memory${info.oom_count > 1 ? ` ${info.oom_count} times` : ""}${when} (red line). `,
+            el("a", { href: "#oom", text: "The request, free memory and what was live ↓", onclick: (event) => { event.preventDefault(); this.oomEl.scrollIntoView({ block: "start" }); } })]
+        : null,
+      others.length
+        ? el("span", {}, info.oom_count ? " Also: " : "", ...others.map((d) =>
+            el("button", { type: "button", class: "link", text: `cuda:${d} ran out of memory`, onclick: () => this.showDevice(d) })))
+        : null);
+  }
+
   async fetchView(path, extra = {}) {
     return loadView(withQuery(`/api/memory/snapshot/${path}`, this.q(extra)), { statusEl });
   }
@@ -413,6 +451,17 @@ class SnapshotMemory {
   // -- timeline --
   async loadTimeline() {
     const height = 420;
+    if (!this.summary.devices.find((d) => d.device === this.device)?.entries) {
+      // A segments-only snapshot (no allocation history): a timeline would be a flat 0-1 axis of nothing.
+      this.timelineNote.textContent = "";
+      this.timelineEl.style.height = "auto";
+      clear(this.timelineEl, emptyState(
+        "No allocation history in this snapshot",
+        "It holds the allocator's segments only (taken without torch.cuda.memory._record_memory_history), so there is no timeline; " +
+          "what was live when it was taken is below.",
+      ));
+      return;
+    }
     // The whole window is asked at the server's default size (computed when the snapshot was read, so
     // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
     const whole = this.window.start === null && this.window.end === null;
@@ -427,7 +476,7 @@ class SnapshotMemory {
       return;
     }
     this.timeline = data;
-    const axisLabel = data.axis === "time_us" ? "\u00b5s since the first trace entry" : "trace entry (the snapshot records no times)";
+    const axisLabel = data.axis === "time_us" ? "time since the first trace entry" : "trace entry (the snapshot records no times)";
     this.timelineNote.textContent =
       `${fmtInt(data.bands_shown)} allocations drawn one by one (each \u2265 ${fmtBytes(data.bytes_per_px)} per pixel), ` +
       `${fmtInt(data.summarized_count)} smaller ones summarized in the grey band at the bottom. x: ${axisLabel}.`;
@@ -452,31 +501,46 @@ class SnapshotMemory {
     }
     const layout = {
       font: FONT, height, margin: { l: 64, r: 12, t: 8, b: 40 }, dragmode: "zoom", hovermode: false, showlegend: false,
-      xaxis: { range: data.window, title: { text: data.axis === "time_us" ? "\u00b5s" : "trace entry" }, zeroline: false },
+      xaxis: data.axis === "time_us"
+        ? { range: data.window, ...timeAxis(data.window, "time") }
+        : { range: data.window, title: { text: "trace entry" }, zeroline: false },
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
+      ...this.oomMarker(data),
     };
     const chart = this.timelineEl;
-    plotly().react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
-    if (!chart.dataset.bound) {
-      chart.dataset.bound = "1";
-      chart.on("plotly_relayout", (change) => {
-        if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
-          if (!change["xaxis.autorange"]) return;
-          this.window = { start: null, end: null };
-        } else {
-          const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
-          this.window = { start: range[0], end: range[1] };
-        }
-        updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
-        this.loadTimeline();
-      });
-      chart.addEventListener("mousemove", (event) => this.hover(event));
-      chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
-      chart.addEventListener("click", (event) => {
-        const band = this.bandAt(event);
-        if (band) this.pin(band.id);
-      });
-    }
+    drawChart(chart, (Plotly) => {
+      Plotly.react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
+      if (!chart.dataset.bound) {
+        chart.dataset.bound = "1";
+        chart.on("plotly_relayout", (change) => {
+          if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
+            if (!change["xaxis.autorange"]) return;
+            this.window = { start: null, end: null };
+          } else {
+            const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
+            this.window = { start: range[0], end: range[1] };
+          }
+          updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
+          this.loadTimeline();
+        });
+        chart.addEventListener("mousemove", (event) => this.hover(event));
+        chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
+        chart.addEventListener("click", (event) => {
+          const band = this.bandAt(event);
+          if (band) this.pin(band.id);
+        });
+      }
+    });
+  }
+
+  /** A red line where this device first ran out of memory (timelines with times only). */
+  oomMarker(data) {
+    const at = this.summary.devices.find((d) => d.device === this.device)?.first_oom_at_us;
+    if (data.axis !== "time_us" || at === null || at === undefined) return {};
+    return {
+      shapes: [{ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line: { color: "#b3261e", width: 2, dash: "dot" } }],
+      annotations: [{ xref: "x", yref: "paper", x: at, y: 1, text: "OOM", showarrow: false, xanchor: "right", yanchor: "top", font: { size: 11, color: "#b3261e" } }],
+    };
   }
 
   bandAt(event) {
@@ -580,10 +644,10 @@ class SnapshotMemory {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       // sectors show the function alone ("forward (model.py:40)" is too long to stay legible); hover has it all
       text: tree.labels.map((l) => plotText(l.split(" (")[0])), texttemplate: "%{text}",
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
       hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
     };
-    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
   }
 
   // -- allocator state --
@@ -642,6 +706,10 @@ class SnapshotMemory {
         ),
       ),
     );
+    if (this.openOnOom) {
+      this.openOnOom = false;
+      this.oomEl.scrollIntoView({ block: "start" });
+    }
   }
 }
 
@@ -761,14 +829,16 @@ class MemoryLogView {
     }
     const layout = {
       font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "x unified",
-      xaxis: { title: { text: "time since the profiler started (\u00b5s)" }, zeroline: false },
+      xaxis: timeAxis(data.window_us, "time since the profiler started"),
       yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
       legend: { orientation: "h", y: 1.1 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
     };
-    plotly().newPlot(chart, traces, layout, PLOT_CONFIG);
-    chart.on("plotly_relayout", (change) => {
-      if (change["xaxis.autorange"]) this.setWindow(null, null);
-      else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+    drawChart(chart, (Plotly) => {
+      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
+      chart.on("plotly_relayout", (change) => {
+        if (change["xaxis.autorange"]) this.setWindow(null, null);
+        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
+      });
     });
   }
 
@@ -794,10 +864,10 @@ class MemoryLogView {
     const trace = {
       type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
       customdata: tree.ids.map((id) => plotText(id)), // %{id} would be drawn as plotly's HTML subset
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "radial",
+      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
       hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
     };
-    plotly().react(this.sunburstEl, [trace], { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" }, { ...PLOT_CONFIG, displayModeBar: false });
+    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
   }
 }
 
@@ -892,7 +962,7 @@ function drawSegments(chart, state) {
     xaxis: { title: { text: "MiB from the segment's start" } }, yaxis: { autorange: "reversed", type: "category" },
     legend: { orientation: "h", y: 1, yanchor: "bottom" }, paper_bgcolor: "rgba(0,0,0,0)",
   };
-  plotly().react(chart, traces, layout, { ...PLOT_CONFIG, displayModeBar: false });
+  drawChart(chart, (Plotly) => Plotly.react(chart, traces, layout, SMALL_PLOT_CONFIG));
   if (state.segments_shown < state.segment_count || state.segments.length > shown.length) {
     chart.after(el("p", { class: "muted", text: `The ${shown.length} largest of ${fmtInt(state.segment_count)} segments are drawn.` }));
   }

@@ -3,7 +3,7 @@
 // Page state in the URL: expanded (module ids), module (the selected one), sort, metric.
 
 import { isAbort, loadView } from "../api.js";
-import { FONT, PLOT_CONFIG, PALETTE, plotly, plotText, renderStepBars } from "../charts.js";
+import { drawChart, FONT, PLOT_CONFIG, PALETTE, plotText, renderStepBars } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -233,11 +233,13 @@ function renderIcicle() {
     root: { color: "#f3f5f7" },
   };
   const layout = { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" };
-  plotly().newPlot(target, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
-  target.on("plotly_click", (event) => {
-    const id = Number(event.points?.[0]?.id);
-    if (Number.isFinite(id)) select(id, { scroll: true });
-    return false; // select, do not zoom
+  drawChart(target, (Plotly) => {
+    Plotly.newPlot(target, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
+    target.on("plotly_click", (event) => {
+      const id = Number(event.points?.[0]?.id);
+      if (Number.isFinite(id)) select(id, { scroll: true });
+      return false; // select, do not zoom
+    });
   });
 }
 

@@ -2,8 +2,9 @@
 
 import { isAbort, loadView } from "../api.js";
 import { renderPie, renderStepBars } from "../charts.js";
+import { csvButton } from "../csv.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtDuration, fmtFixed2, fmtGB, fmtInt, fmtPctSign, fmtUs } from "../format.js";
+import { DASH, fmtDuration, fmtFixed2, fmtGiB, fmtInt, fmtPctSign, fmtUsColumn } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { withQuery } from "../urlstate.js";
 
@@ -55,9 +56,11 @@ const GPU_METRICS = [
       "(min(threads / SMs / max threads per SM, theoretical occupancy)).",
   },
   {
-    label: "Kernel Time using Tensor Cores",
+    label: "Kernel Time on Matrix Cores",
     key: "tensor_cores_pct",
-    help: "Time of kernels that use Tensor Cores divided by the time of all kernels.",
+    help:
+      "Time of kernels that run on matrix cores (NVIDIA Tensor Cores, AMD MFMA / WMMA; recognised by kernel name) " +
+      "divided by the time of all kernels.",
   },
 ];
 
@@ -128,7 +131,7 @@ function stepRangePicker(data) {
 
 function gpuCard(gpu) {
   const pairs = [
-    ["Memory", gpu.memory_bytes == null ? DASH : fmtGB(gpu.memory_bytes), "Total global memory of the device (1 GB = 2^30 bytes)."],
+    ["Memory", gpu.memory_bytes == null ? DASH : fmtGiB(gpu.memory_bytes), "Total global memory of the device (1 GiB = 2^30 bytes)."],
     ["Compute Capability", gpu.compute_capability || DASH],
     ...GPU_METRICS.map((m) => [m.label, gpu[m.key] == null ? DASH : fmtPctSign(gpu[m.key], 2), m.help]),
     ["Kernel Time", gpu.kernel_time_us == null ? DASH : fmtDuration(gpu.kernel_time_us), "Sum of kernel durations on this GPU."],
@@ -175,7 +178,17 @@ function drawStepChart(target, data, selection) {
 
 function averagesTable(data) {
   const total = data.average.total_us || 0;
-  return el(
+  const fmtTime = fmtUsColumn([total]); // one number of decimals for the column, set by its largest value
+  const share = (us) => (total ? (100 * us) / total : null);
+  const csv = csvButton(() => ({
+    filename: "overview-average-step.csv",
+    header: ["Category", "Time (\u00b5s)", "%"],
+    rows: [
+      ...STEP_CATEGORIES.map((c) => [c.label, data.average[c.key] || 0, share(data.average[c.key] || 0)]),
+      ["Total", total, total ? 100 : null],
+    ],
+  }));
+  return [el("div", { class: "table-tools" }, csv), el(
     "table",
     { class: "data compact", "data-testid": "averages" },
     el("thead", {}, el("tr", {}, el("th", { text: "Category" }), el("th", { class: "num", text: "Time (\u00b5s)" }), el("th", { class: "num", text: "%" }))),
@@ -187,7 +200,7 @@ function averagesTable(data) {
           "tr",
           {},
           el("td", { title: CATEGORY_HELP[c.label] }, el("span", { class: "swatch-inline", style: { background: c.color } }), c.label),
-          el("td", { class: "num", text: fmtUs(data.average[c.key] || 0) }),
+          el("td", { class: "num", text: fmtTime(data.average[c.key] || 0) }),
           el("td", { class: "num", text: total ? fmtFixed2((100 * (data.average[c.key] || 0)) / total) : DASH }),
         ),
       ),
@@ -195,19 +208,25 @@ function averagesTable(data) {
         "tr",
         { class: "total" },
         el("td", { text: "Total" }),
-        el("td", { class: "num", text: fmtUs(total) }),
+        el("td", { class: "num", text: fmtTime(total) }),
         el("td", { class: "num", text: total ? "100.00" : DASH }),
       ),
     ),
-  );
+  )];
 }
 
 function stepsTable(data, selection) {
   const categories = STEP_CATEGORIES;
+  const fmtTime = fmtUsColumn(data.steps.map((s) => s.start_us + s.total_us)); // the same decimals in every column
   return el(
     "details",
     { class: "steps-details" },
     el("summary", { text: `Per-step numbers (${data.steps.length} step${data.steps.length === 1 ? "" : "s"}, \u00b5s)` }),
+    el("div", { class: "table-tools" }, csvButton(() => ({
+      filename: "overview-steps.csv",
+      header: ["Step", "Start (\u00b5s)", "Total (\u00b5s)", ...categories.map((c) => `${c.label} (\u00b5s)`)],
+      rows: data.steps.map((s) => [s.step, s.start_us, s.total_us, ...categories.map((c) => s[c.key] || 0)]),
+    }))),
     el(
       "div",
       { class: "table-scroll" },
@@ -228,9 +247,9 @@ function stepsTable(data, selection) {
               "tr",
               {},
               el("td", { text: String(s.step) }),
-              el("td", { class: "num", text: fmtUs(s.start_us) }),
-              el("td", { class: "num", text: fmtUs(s.total_us) }),
-              categories.map((c) => el("td", { class: "num", text: fmtUs(s[c.key] || 0) })),
+              el("td", { class: "num", text: fmtTime(s.start_us) }),
+              el("td", { class: "num", text: fmtTime(s.total_us) }),
+              categories.map((c) => el("td", { class: "num", text: fmtTime(s[c.key] || 0) })),
               el("td", {}, el("a", { href: traceLink(selection, s), text: "open" })),
             ),
           ),

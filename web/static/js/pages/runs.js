@@ -1,5 +1,6 @@
 // Runs page: every run with its state, parse progress, workers x spans and file errors.
 
+import { csvButton } from "../csv.js";
 import { byId, clear, debounce, el } from "../dom.js";
 import { fmtBytes, fmtInt } from "../format.js";
 import { updateNavLinks } from "../selector.js";
@@ -51,9 +52,17 @@ function snapshotRow(run, snapshot) {
         },
         el("span", { class: "dot" }),
         `memory snapshot ${snapshot.snapshot}`,
+        oomBadge(snapshot.oom_devices || []),
       ),
     ),
   ];
+}
+
+/** "OOM" on a snapshot that holds an out-of-memory entry; the Memory page opens on that device. */
+function oomBadge(devices) {
+  if (!devices.length) return null;
+  const where = devices.map((d) => `cuda:${d}`).join(", ");
+  return el("span", { class: "badge error", "data-testid": "oom-badge", title: `Ran out of memory on ${where}`, text: "OOM" });
 }
 
 /** An InternLM memory.log of the run: a chip that opens it on the Memory page. */
@@ -234,7 +243,15 @@ function render() {
     ),
     el("tbody", {}, shown.map((run) => [runRow(run), errorRow(run)])),
   );
-  clear(target, el("div", { class: "panel" }, table));
+  const csv = csvButton(() => ({
+    filename: "runs.csv",
+    header: ["Run", "State", "Workers", "Spans", "Files", "Snapshots", "Errors"],
+    rows: shown.map((run) => [
+      run.run, run.state, (run.workers || []).length, (run.workers || []).reduce((n, w) => n + w.spans.length, 0),
+      (run.files || []).length, (run.snapshots || []).length, (run.errors || []).length,
+    ]),
+  }));
+  clear(target, el("div", { class: "panel" }, el("div", { class: "table-tools" }, csv), table));
 }
 
 async function poll() {
