@@ -97,7 +97,8 @@ def _requests(base: str, source_root: Path, headers: dict[str, str]) -> list[tup
     """(method, path, query) for every OpenAPI operation, every page, every static file."""
     spec = httpx.get(f"{base}/openapi.json", headers=headers).json()
     # a valid value for every required parameter of any route (the Trace view's too: slice 0, a search)
-    values = {"run": "cpu", "name": "aten::mm", "path": str(source_root / "train.py"), "id": "0", "q": "aten"}
+    values = {"run": "cpu", "base_run": "cpu", "name": "aten::mm", "path": str(source_root / "train.py"), "id": "0",
+              "q": "aten"}  # fmt: skip
     requests = []
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():

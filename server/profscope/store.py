@@ -40,14 +40,16 @@ class Store:
         """The stored JSON of query ``name`` (or of another file the ingest wrote, e.g. ``timeline``), None when
         the file is not parsed yet or its entry is gone. A query the entry lacks (its version was bumped since
         the parse) is computed now from the stored tables."""
+        summary = self.cache.summary(cache_key)
+        if summary is None:  # not parsed, or still being written: the summary is written last
+            return None
         query = self.queries.get(name)
         if query is None:
             return self.cache.read_view(cache_key, name)
         data = self.cache.read_view(cache_key, query.stored_name)
         if data is not None:
             return data
-        summary = self.cache.summary(cache_key)
-        if summary is None or summary.get("kind", "trace") != query.kind:  # not parsed, or not that kind of file
+        if summary.get("kind", "trace") != query.kind:  # not that kind of file
             return None
         return self._recompute(cache_key, query)
 

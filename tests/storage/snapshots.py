@@ -38,6 +38,7 @@ def runs_when_parsed(base: str, count: int, timeout: float = 120.0) -> dict[str,
 VIEW_ROUTES = {
     "diff": [],  # compares two traces: nothing of one run to snapshot (tests/test_diff_http.py)
     "overview": ["/api/overview"],
+    "modules": ["/api/modules"],
     "operators": ["/api/operators"],
     "kernels": ["/api/kernels"],
     "memory": ["/api/memory"],

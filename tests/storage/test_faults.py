@@ -83,8 +83,10 @@ def test_store_stopped_keeps_parsed_runs_and_recovers_when_it_returns(
             # a listing may catch the restarted store before every object is back: wait for all of them
             wait_for(lambda: (r := _root(base))["error"] is None and r["objects"] == len(TINY), timeout=60)
             assert _root(base)["stale"] is False
-            wait_for(lambda: _parsed(base), timeout=10)
-            assert _overview(base).json() == before  # same ETags, same cache keys: the same cached payload
+            # moto came back empty, so one listing may have seen the objects gone and dropped their cache
+            # entries (cache_bounds.py): they are parsed again, to the same numbers
+            wait_for(lambda: _parsed(base) and _overview(base).status_code == 200, timeout=90)
+            assert _overview(base).json() == before
     finally:
         store.stop()
 
