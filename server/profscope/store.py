@@ -55,10 +55,10 @@ class Store:
 
     def available(self, cache_key: str, name: str) -> bool:
         """Whether ``result`` has an answer without a parse: stored, or computable from the stored tables."""
+        if not self.cache.is_ready(cache_key):  # results are served from complete entries only (see ``result``)
+            return False
         query = self.queries.get(name)
-        if query is None:
-            return self.cache.view_path(cache_key, name).exists()
-        return self.cache.view_path(cache_key, query.stored_name).exists() or self.cache.is_ready(cache_key)
+        return query is not None or self.cache.view_path(cache_key, name).exists()
 
     def _recompute(self, cache_key: str, query: Query) -> bytes | None:
         with self._lock:
