@@ -21,7 +21,7 @@ from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
-from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, open_source, redact
+from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, is_object_store_uri, open_source, redact
 from profscope.store import Store
 from profscope.views.view import RunFacts
 
@@ -42,11 +42,21 @@ class RootStatus:
     error: str | None = None
     listed_at: float = 0.0  # time of the last successful listing
     objects: list[ObjectInfo] = field(default_factory=list)  # that listing, served while the store is down
+    local: bool = False  # a folder on the server's disk: shown by its label, its absolute path only in the log
+
+    @property
+    def shown(self) -> str:
+        return self.label if self.local else self.uri
+
+    @property
+    def shown_error(self) -> str | None:
+        """The listing error as users see it: a local root's absolute path replaced by its label."""
+        return self.error.replace(self.uri, self.label) if self.error and self.local else self.error
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "root": self.uri,
-            "error": self.error,
+            "root": self.shown,
+            "error": self.shown_error,
             "objects": len(self.objects),
             "listed_at": self.listed_at or None,
             "stale": bool(self.error and self.listed_at),  # runs shown are from the last good listing
@@ -77,7 +87,8 @@ class Profscope:
                 error = str(exc)
             shown = _display_uri(uri, source)
             label = self._unique_label(shown)
-            self.roots.append(RootStatus(uri=shown, label=label, source=source, error=error))
+            local = not is_object_store_uri(uri)
+            self.roots.append(RootStatus(uri=shown, label=label, source=source, error=error, local=local))
         self._sources = {root.source.uri: root.source for root in self.roots if root.source is not None}
         self.shared_cache = (
             SharedCache(settings.shared_cache, settings.storage, self.metrics.shared_cache, writer="profscope serve")
@@ -184,7 +195,7 @@ class Profscope:
         served (marked stale), and a storage outage taking every replica out of its Service at once would
         serve nothing instead. A root never listed (a folder not there yet, a wrong bucket or credentials at
         start) keeps it unready, so a probe or a script waiting for it sees why."""
-        failing = [{"root": root.uri, "error": root.error} for root in self.roots if root.error]
+        failing = [{"root": root.shown, "error": root.shown_error or ""} for root in self.roots if root.error]
         never_listed = any(not root.listed_at for root in self.roots)
         return self.scans > 0 and not never_listed, failing
 

@@ -82,3 +82,11 @@ def test_a_file_that_is_not_a_trace_fails_without_quoting_its_bytes(server: tupl
     assert "not a JSON trace: the file does not start with '{' or '['" in answer.json()["error"]
     for text in (answer.text, str(run)):
         assert "AKIA" not in text and "SECRET" not in text
+
+
+def test_a_local_root_is_shown_by_its_folder_name_not_its_absolute_path(server: tuple[str, Path]) -> None:
+    base, source_root = server
+    answer = httpx.get(f"{base}/api/runs")
+    assert answer.status_code == 200
+    assert [root["root"] for root in answer.json()["roots"]] == ["traces"]
+    assert str(source_root.parent) not in answer.text  # the temporary folder's absolute path is nowhere
