@@ -31,6 +31,7 @@ class TraceIdent(Strict):
 class WorkerSpans(Strict):
     worker: str
     spans: list[str]
+    inferred_rank: int | None  # its rank number when its trace records none and it was inferred (definitions §10)
 
 
 class MovedRun(Strict):
