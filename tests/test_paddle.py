@@ -387,6 +387,8 @@ def test_a_launched_job_with_default_names_is_distributed_with_inferred_ranks(se
         assert stats["data_transfer_us"] == pytest.approx(transfer, abs=0.005)
         assert stats["synchronizing_us"] == pytest.approx(sum(own) - transfer, abs=0.005)
     assert body["matching"]["calls"] == 6 and body["alignment"]["method"] == "wall clock"
+    host = re.match(r"host_(.*)pid_", workers[0]).group(1)  # type: ignore[union-attr]
+    assert [node["host"] for node in body["topology"]] == [host]  # from Paddle's name host_{hostname}pid_{pid}
 
 
 def test_the_diff_pairs_inferred_ranks_with_named_ranks(server) -> None:  # type: ignore[no-untyped-def]

@@ -796,7 +796,7 @@ def _topology(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pid = (summary.get("host") or {}).get("pid")
         if not host:
             match = _NODE_PROCESS.match(rank["worker"])
-            host = match.group(1) if match else None
+            host = _host_of(rank["worker"]) or (match.group(1) if match else None)
             pid = pid or (match.group(2) if match else None)
         nodes[host or "unknown host"].append(
             {"worker": rank["worker"], "rank": rank["rank"], "pid": pid, "gpus": summary.get("devices", [])}
