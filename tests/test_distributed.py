@@ -543,3 +543,27 @@ def test_inferred_paddle_ranks_are_numbered_by_host_then_process_id() -> None:
     assert ranks.inferred == {"trainer": 0, "host_nodeApid_80": 1, "host_nodeApid_900": 2, "host_nodeBpid_5": 3}
     apart = job_ranks(workers[:2], lambda: [_paddle(5, 0, 10), _paddle(900, 10, 20)])
     assert apart.inferred == {} and "do not all overlap" in (apart.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("all_reduce dygraph", "all_reduce"),  # what the recorded two-rank Paddle job writes
+        ("all_reduce_", "all_reduce"),
+        ("c_allreduce_sum", "all_reduce"),
+        ("c_broadcast", "broadcast"),
+        ("all_gather dygraph", "all_gather"),
+        ("reduce_scatter", "reduce_scatter"),
+        ("reduce_sum dygraph", None),  # tensor ops, not collectives
+        ("broadcast_to dygraph", None),
+        ("gather dygraph", None),
+        ("all_reduce kernel launch", None),  # the operator's children are not calls of their own
+        ("all_reduce infer_meta", None),
+    ],
+)
+def test_paddle_collective_operators(name: str, kind: str | None) -> None:
+    from profscope.analysis import name_rules
+
+    assert name_rules.is_paddle_collective_op(name) == (kind is not None)
+    if kind is not None:
+        assert name_rules.collective_kind(name) == kind

@@ -301,7 +301,8 @@ class Profscope:
         for worker, spans in run.workers().items():
             readable = [span for span in spans if (worker, span) not in failed]
             if readable:
-                workers.append({"worker": worker, "spans": readable, "inferred_rank": inferred_ranks.get(worker)})
+                inferred = {"inferred_rank": inferred_ranks[worker]} if worker in inferred_ranks else {}
+                workers.append({"worker": worker, "spans": readable, **inferred})
         return workers
 
     def run_facts(

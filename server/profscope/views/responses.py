@@ -31,7 +31,7 @@ class TraceIdent(Strict):
 class WorkerSpans(Strict):
     worker: str
     spans: list[str]
-    inferred_rank: int | None  # its rank number when its trace records none and it was inferred (definitions §10)
+    inferred_rank: int | None = None  # present when its trace records no rank and one was inferred (definitions §10)
 
 
 class MovedRun(Strict):
