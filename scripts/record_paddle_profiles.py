@@ -209,7 +209,7 @@ def record_data_parallel_rank(trace_dir: Path) -> None:
 
 def record_two_ranks(out_dir: Path) -> list[Path]:
     """The ``two_ranks`` job: this script's ``--rank-worker`` run on two ranks by Paddle's launcher."""
-    trace_dir = out_dir / "two_ranks"
+    trace_dir = _empty_folder(out_dir / "two_ranks")
     with tempfile.TemporaryDirectory() as log_dir:
         launch = [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node", "2", "--log_dir", log_dir]
         subprocess.run([*launch, __file__, "--rank-worker", str(trace_dir)], check=True)
@@ -218,10 +218,17 @@ def record_two_ranks(out_dir: Path) -> list[Path]:
 
 def record_two_jobs(out_dir: Path) -> list[Path]:
     """The ``two_jobs`` folder: two single-process runs, one after the other."""
-    trace_dir = out_dir / "two_jobs"
+    trace_dir = _empty_folder(out_dir / "two_jobs")
     for _ in range(2):
         subprocess.run([sys.executable, __file__, "--rank-worker", str(trace_dir)], check=True)
     return _gzip_new_traces(trace_dir)
+
+
+def _empty_folder(trace_dir: Path) -> Path:
+    """A run folder of several processes' traces must hold only this recording's: refuse an earlier one's."""
+    if any(trace_dir.glob("*.paddle_trace.json*")):
+        raise RuntimeError(f"{trace_dir} already holds traces: remove them first (they would join this run)")
+    return trace_dir
 
 
 def _gzip_new_traces(trace_dir: Path) -> list[Path]:
