@@ -479,22 +479,91 @@ def test_calls_are_matched_by_process_group_and_sequence_not_by_count(tmp_path: 
     assert groups["0"]["total_bytes"] == 4 * (1000 + 2000 + 3000 + 2000 + 3000 + 4000)
 
 
+def _paddle(pid: int, start_us: float, end_us: float) -> dict:
+    """The ingest summary of a parsed Paddle trace, as far as job_ranks reads it."""
+    return {"format": "paddle", "distributed": None, "process": {"pids": [pid], "start_us": start_us, "end_us": end_us}}
+
+
 @pytest.mark.parametrize(
-    ("workers", "infos", "applies"),
+    ("workers", "summaries", "applies"),
     [
         (["rank0", "rank1"], [None, None], True),  # ranks in the names
         (["sampled_rank-0", "sampled_rank-1"], [None, None], True),
         (["bert__1016001", "owlv2__1016001"], [None, None], False),  # unrelated traces in one folder
-        (["a", "b"], [{"rank": 0, "world_size": 2}, {"rank": 1, "world_size": 2}], True),  # distributedInfo
-        (["a", "b"], [{"rank": 0, "world_size": 1}, {"rank": 0, "world_size": 1}], False),  # same rank twice
-        (["eager_trace"], [{"rank": 0, "world_size": 8}], True),  # one rank of an 8-rank job
-        (["eager_trace"], [{"rank": 0, "world_size": 1}], False),
+        (
+            ["a", "b"],
+            [{"distributed": {"rank": 0, "world_size": 2}}, {"distributed": {"rank": 1, "world_size": 2}}],
+            True,
+        ),  # distributedInfo
+        (
+            ["a", "b"],
+            [{"distributed": {"rank": 0, "world_size": 1}}, {"distributed": {"rank": 0, "world_size": 1}}],
+            False,
+        ),  # same rank twice
+        (["eager_trace"], [{"distributed": {"rank": 0, "world_size": 8}}], True),  # one rank of an 8-rank job
+        (["eager_trace"], [{"distributed": {"rank": 0, "world_size": 1}}], False),
         (["worker0"], [None], False),  # one plain trace
+        ([], [], False),  # only memory snapshots
+        (["host_apid_7"], [_paddle(7, 100.0, 200.0)], False),  # one Paddle trace
         (["rank0", "rank0_copy"], [None, None], False),  # the same rank number twice
+        # Paddle's default names: distinct processes whose windows share an instant are ranks (rule 3)
+        (["host_apid_7", "host_apid_9"], [_paddle(7, 100.0, 200.0), _paddle(9, 150.0, 300.0)], True),
+        (["host_apid_7", "host_apid_9"], [_paddle(7, 100.0, 200.0), _paddle(9, 200.0, 300.0)], False),  # touching
+        (["host_apid_7", "host_bpid_7"], [_paddle(7, 100.0, 200.0), _paddle(7, 150.0, 300.0)], True),  # two hosts
+        (["x", "y"], [_paddle(7, 100.0, 200.0), _paddle(7, 150.0, 300.0)], False),  # one process, two names
+        (
+            ["host_apid_1", "host_apid_2", "host_apid_3"],  # pairwise overlaps, but no instant in all three
+            [_paddle(1, 0.0, 10.0), _paddle(2, 5.0, 20.0), _paddle(3, 15.0, 30.0)],
+            False,
+        ),
+        (["host_apid_7", "host_apid_9"], [_paddle(7, 100.0, 200.0), None], False),  # one not parsed yet
+        (
+            ["host_apid_7", "host_apid_9"],  # kineto traces are never inferred ranks
+            [{**_paddle(7, 100.0, 200.0), "format": "kineto"}, {**_paddle(9, 150.0, 300.0), "format": "kineto"}],
+            False,
+        ),
     ],
 )
-def test_which_traces_are_ranks_of_one_job(workers: list[str], infos: list, applies: bool) -> None:
-    from profscope.analysis.distributed import not_ranks_of_one_job
+def test_which_traces_are_ranks_of_one_job(workers: list[str], summaries: list, applies: bool) -> None:
+    from profscope.analysis.distributed import job_ranks
 
-    reason = not_ranks_of_one_job(workers, lambda: infos)
-    assert (reason is None) == applies, reason
+    ranks = job_ranks(workers, lambda: summaries)
+    assert (ranks.reason is None) == applies, ranks.reason
+    assert bool(ranks.inferred) == (applies and summaries[0] is not None and "process" in summaries[0])
+
+
+def test_inferred_paddle_ranks_are_numbered_by_host_then_process_id() -> None:
+    from profscope.analysis.distributed import job_ranks
+
+    workers = ["host_nodeBpid_5", "host_nodeApid_900", "host_nodeApid_80", "trainer"]
+    summaries = [_paddle(5, 0, 10), _paddle(900, 1, 10), _paddle(80, 2, 10), _paddle(3, 3, 10)]
+    ranks = job_ranks(workers, lambda: summaries)
+    # a name that is not Paddle's default has no host: "" sorts first
+    assert ranks.reason is None
+    assert ranks.inferred == {"trainer": 0, "host_nodeApid_80": 1, "host_nodeApid_900": 2, "host_nodeBpid_5": 3}
+    apart = job_ranks(workers[:2], lambda: [_paddle(5, 0, 10), _paddle(900, 10, 20)])
+    assert apart.inferred == {} and "do not all overlap" in (apart.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("all_reduce dygraph", "all_reduce"),  # what the recorded two-rank Paddle job writes
+        ("all_reduce_", "all_reduce"),
+        ("c_allreduce_sum", "all_reduce"),
+        ("c_broadcast", "broadcast"),
+        ("all_gather dygraph", "all_gather"),
+        ("reduce_scatter", "reduce_scatter"),
+        ("reduce_sum dygraph", None),  # tensor ops, not collectives
+        ("broadcast_to dygraph", None),
+        ("gather dygraph", None),
+        ("all_reduce kernel launch", None),  # the operator's children are not calls of their own
+        ("all_reduce infer_meta", None),
+    ],
+)
+def test_paddle_collective_operators(name: str, kind: str | None) -> None:
+    from profscope.analysis import name_rules
+
+    assert name_rules.is_paddle_collective_op(name) == (kind is not None)
+    if kind is not None:
+        assert name_rules.collective_kind(name) == kind

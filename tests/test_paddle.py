@@ -336,6 +336,82 @@ def test_gpu_distributed_view_by_hand(server) -> None:  # type: ignore[no-untype
     assert straggler[1]["lost_us"] == 60.0 and straggler[0]["lost_us"] == 0.0
 
 
+# ---- a real 2-rank job (paddle.distributed.launch, gloo) with Paddle's default file names ---------------
+def rank_files(run: str) -> list[tuple[str, dict[str, Any]]]:
+    """(worker, raw trace) of each file of a multi-process recording, by process id."""
+    found = []
+    for path in sorted((PADDLE_DATA / run).glob("*.paddle_trace.json.gz")):
+        worker = classify(f"{run}/{path.name}")[1]  # type: ignore[index]
+        found.append((worker, json.loads(gzip.decompress(path.read_bytes()))))
+    return sorted(
+        found, key=lambda item: next(e["pid"] for e in item[1]["traceEvents"] if e.get("cat") == "ProfileStep")
+    )
+
+
+def raw_events(raw: dict[str, Any], category: str, name: str | None = None) -> list[dict[str, Any]]:
+    return sorted((e for e in raw["traceEvents"] if e.get("cat") == category and name in (None, raw_name(e))),
+                  key=lambda e: e["ts"])  # fmt: skip
+
+
+def test_a_launched_job_with_default_names_is_distributed_with_inferred_ranks(server) -> None:  # type: ignore[no-untyped-def]
+    ranks = rank_files("two_ranks")
+    workers = [worker for worker, _ in ranks]
+    assert all(worker.startswith("host_") for worker in workers)  # Paddle's default names: no rank in them
+    runs = {r["run"]: r for r in get(server, "/api/runs")["runs"]}
+    assert "distributed" in runs["two_ranks"]["views"]
+    # numbered by process id on one host: the launcher started rank 0 first
+    assert [(w["worker"], w["inferred_rank"]) for w in runs["two_ranks"]["workers"]] == [
+        (workers[0], 0),
+        (workers[1], 1),
+    ]
+    body = get(server, "/api/distributed", run="two_ranks")
+    assert body["applies"] is True and body["workers"] == 2
+    assert [(r["worker"], r["rank"], r["rank_source"]) for r in body["ranks"]] == [
+        (workers[0], 0, "inferred"), (workers[1], 1, "inferred")]  # fmt: skip
+    assert any("inferred" in warning and workers[0] in warning for warning in body["warnings"])
+    durations = []  # each rank's all-reduce durations, by hand from the raw events
+    for row, (_, raw) in zip(body["ranks"], ranks, strict=True):
+        calls = raw_events(raw, "Operator", "all_reduce dygraph")
+        steps = raw_events(raw, "ProfileStep")
+        assert row["calls"] == len(calls) == len(steps) == 3  # one all-reduce of the loss per step
+        for step, call in zip(row["steps"], calls, strict=True):
+            # the thread waits inside the collective: none of it is computation, so no overlap
+            assert step["communication_us"] == pytest.approx(call["dur"], abs=0.002)
+            assert step["overlapping_us"] == 0.0
+        durations.append([call["dur"] for call in calls])
+    transfer = sum(min(pair) for pair in zip(*durations, strict=True))  # each call: the faster rank's duration
+    for rank, own in enumerate(durations):
+        (stats,) = [s for s in body["op_stats"] if s["rank"] == rank]
+        assert (stats["name"], stats["calls"]) == ("all_reduce dygraph", 3)
+        assert stats["total_latency_us"] == pytest.approx(sum(own), abs=0.005)
+        assert stats["data_transfer_us"] == pytest.approx(transfer, abs=0.005)
+        assert stats["synchronizing_us"] == pytest.approx(sum(own) - transfer, abs=0.005)
+    assert body["matching"]["calls"] == 6 and body["alignment"]["method"] == "wall clock"
+    host = re.match(r"host_(.*)pid_", workers[0]).group(1)  # type: ignore[union-attr]
+    assert [node["host"] for node in body["topology"]] == [host]  # from Paddle's name host_{hostname}pid_{pid}
+
+
+def test_the_diff_pairs_inferred_ranks_with_named_ranks(server) -> None:  # type: ignore[no-untyped-def]
+    body = get(server, "/api/diff", run="two_ranks", base_run=GPU_RUN)
+    workers = [worker for worker, _ in rank_files("two_ranks")]
+    pairs = [(row["rank"], row["base_worker"], row["target_worker"]) for row in body["distributed"]["ranks"]]
+    assert pairs == [(0, "rank0", workers[0]), (1, "rank1", workers[1])]
+    gpu = get(server, "/api/distributed", run=GPU_RUN)  # rank{N} names: ranks from the name, not inferred
+    assert [(r["worker"], r["rank_source"]) for r in gpu["ranks"]] == [("rank0", "name"), ("rank1", "name")]
+
+
+def test_two_paddle_jobs_one_after_the_other_are_not_ranks(server) -> None:  # type: ignore[no-untyped-def]
+    (_, first), (_, second) = rank_files("two_jobs")
+    assert max(e["ts"] + e.get("dur", 0) for e in first["traceEvents"] if "ts" in e) < min(
+        e["ts"] for e in second["traceEvents"] if "ts" in e)  # fmt: skip
+    runs = {r["run"]: r for r in get(server, "/api/runs")["runs"]}
+    assert "distributed" not in runs["two_jobs"]["views"]
+    assert "do not all overlap" in runs["two_jobs"]["unavailable"]["distributed"]
+    assert all("inferred_rank" not in w for w in runs["two_jobs"]["workers"])
+    body = get(server, "/api/distributed", run="two_jobs")
+    assert body["applies"] is False and "separate jobs" in body["reason"]
+
+
 def test_gpu_paddle_summary_by_hand() -> None:
     summary = paddle_summary(gpu_trace(0))
     assert summary["total_ns"] == 2_000_000

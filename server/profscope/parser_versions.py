@@ -7,7 +7,7 @@ module so the catalog, below the parsers, reads them without importing a parser.
 """
 
 TRACE = 3  # ingest/kineto.py
-PADDLE = 1  # ingest/paddle.py (a Paddle-named trace's key holds TRACE and PADDLE)
+PADDLE = 2  # ingest/paddle.py (a Paddle-named trace's key holds TRACE and PADDLE)
 SNAPSHOT = 2  # ingest/snapshot.py
 MEMORY_LOG = 1  # ingest/memory_log.py
 NSYS = 1  # ingest/nsys.py

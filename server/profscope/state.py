@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from profscope.analysis.distributed import not_ranks_of_one_job
+from profscope.analysis.distributed import JobRanks, job_ranks
 from profscope.cache import TraceCache
 from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
 from profscope.catalog import Run, TraceFile, build_runs, moved_run
@@ -265,12 +265,13 @@ class Profscope:
             if s.state == "error"
         ]
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
-        applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs))
+        ranks = self.job_ranks(run)
+        applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs, ranks))
         return {
             "run": run.name,
             "state": state,
             "progress": done / total,
-            "workers": self._readable_workers(run, traces, states),
+            "workers": self._readable_workers(run, traces, states, ranks.inferred),
             "views": [name for name, reason in applicable.items() if reason is None],
             "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
@@ -301,18 +302,22 @@ class Profscope:
         return orjson.loads(data).get("oom_devices", []) if data else []
 
     @staticmethod
-    def _readable_workers(run: Run, traces: list[TraceFile], states: list[Any]) -> list[dict[str, Any]]:
-        """Workers and spans, leaving out files that failed to parse (they are listed under errors)."""
+    def _readable_workers(
+        run: Run, traces: list[TraceFile], states: list[Any], inferred_ranks: dict[str, int]
+    ) -> list[dict[str, Any]]:
+        """Workers and spans, leaving out files that failed to parse (they are listed under errors); with the
+        rank number inferred for a worker whose trace records none (``docs/definitions.md`` §10)."""
         failed = {(t.worker, t.span) for t, s in zip(traces, states, strict=True) if s.state == "error"}
         workers = []
         for worker, spans in run.workers().items():
             readable = [span for span in spans if (worker, span) not in failed]
             if readable:
-                workers.append({"worker": worker, "spans": readable})
+                inferred = {"inferred_rank": inferred_ranks[worker]} if worker in inferred_ranks else {}
+                workers.append({"worker": worker, "spans": readable, **inferred})
         return workers
 
     def run_facts(
-        self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile]
+        self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile], ranks: JobRanks
     ) -> RunFacts:
         """What the views ask of a run (``memory_files``: its snapshots and memory.log files)."""
         parsed = [
@@ -325,7 +330,7 @@ class Profscope:
             memory=bool(memory_files) or any(summary.get("memory_events") for summary in parsed),
             workers=len(run.workers()),
             distributed_info=bool(first.get("distributed")),
-            not_distributed=self.not_distributed_reason(run),
+            not_distributed=ranks.reason,
             trace_format=first.get("format"),
         )
 
@@ -333,12 +338,13 @@ class Profscope:
         """Each per-run page in the navigation's order: None when it applies to the run, else the reason."""
         return {view.name: view.applies(facts) for view in self.views if view.run_tab}
 
-    def not_distributed_reason(self, run: Run) -> str | None:
-        """Why the Distributed view does not apply to a run, or None when its traces are ranks of one job."""
+    def job_ranks(self, run: Run) -> JobRanks:
+        """Whether a run's traces are ranks of one job (else why the Distributed view does not apply), and the
+        rank numbers inferred for traces that record none (``docs/definitions.md`` §10)."""
         workers = run.workers()
 
-        def infos() -> list[dict[str, Any] | None]:
+        def summaries() -> list[dict[str, Any] | None]:
             firsts = [run.find(worker, spans[0]) for worker, spans in workers.items()]
-            return [(self.cache.summary(t.cache_key) or {}).get("distributed") if t else None for t in firsts]
+            return [self.cache.summary(t.cache_key) if t else None for t in firsts]
 
-        return not_ranks_of_one_job(list(workers), infos)
+        return job_ranks(list(workers), summaries)

@@ -57,3 +57,17 @@ def test_the_paddle_summary_switches_its_time_unit(page, paddle_server) -> None:
     rows = page.get_by_test_id("paddle-operators").locator("tbody tr")
     assert rows.filter(has_text="matmul infer_meta").count() == 1  # the nested rows are there
     screenshot(page, "paddle-summary-mlp-us")
+
+
+def test_a_launched_job_with_default_names_opens_in_distributed(page, paddle_server) -> None:
+    """two_ranks: Paddle's default file names, no rank recorded; the ranks are inferred and the page says so."""
+    page.goto(f"{paddle_server.url}/distributed?run=two_ranks")
+    rows = page.locator("[data-testid=ranks-table] tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 2 and page.locator(".error-box").count() == 0
+    assert [rows.nth(i).locator("td").nth(0).inner_text() for i in range(2)] == ["0", "1"]
+    assert "inferred" in rows.first.inner_text()  # the Rank from column
+    assert "numbered by host name and process id" in page.get_by_test_id("warnings").inner_text()
+    labels = page.locator("#sel-worker option").all_inner_texts()
+    assert [label.split(" · ")[0] for label in labels] == ["rank 0 (inferred)", "rank 1 (inferred)"]
+    screenshot(page, "paddle-distributed-two_ranks")

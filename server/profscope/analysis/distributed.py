@@ -51,6 +51,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,6 +68,7 @@ MAX_TRACE_WORKERS = 8
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _PARALLEL_DIMS = re.compile(r"_(dp|tp|pp|ep|cp|sp|fsdp)(\d+)", re.IGNORECASE)
 _NODE_PROCESS = re.compile(r"^(.*)_(\d+)$")  # torch-tb-profiler's NODE_PROCESS_PATTERN (hostname_pid)
+_PADDLE_DEFAULT_WORKER = re.compile(r"^host_(?P<host>.*)pid_(?P<pid>\d+)$")  # export_chrome_tracing's name
 _GROUP_DIMENSION = re.compile(r"(?:^|[^a-z])(dp_shard|dp_replicate|fsdp|dp|tp|pp|ep|cp|sp)(?:[^a-z]|$)", re.IGNORECASE)
 
 
@@ -93,32 +95,74 @@ def rank_from_name(worker: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def not_ranks_of_one_job(workers: list[str], infos: Callable[[], list[dict[str, Any] | None]]) -> str | None:
-    """Why a run's traces are not the ranks of one distributed job, or None when they are
-    (``docs/definitions.md``, "Ranks of one job"). ``infos()``: each worker's ``distributedInfo``
-    (None when its trace has none or is not parsed yet), read only when the names do not decide.
+@dataclass(frozen=True)
+class JobRanks:
+    """Whether a run's traces are the ranks of one job (``reason`` None) or why not; ``inferred``: each
+    worker's rank number when the traces record none and it was inferred (rule 3 of "Ranks of one job")."""
 
-    A distinct rank number in every worker's name (rank3, worker3, sampled_rank-1) makes ranks of
-    one job. Else distributedInfo decides: one trace of a job with world size > 1 is a rank, and
-    traces whose distributedInfo ranks are distinct are ranks of one job. Anything else (one plain
-    trace; several traces with no rank, or the same rank) is unrelated traces.
+    reason: str | None
+    inferred: dict[str, int] = field(default_factory=dict)
+
+
+def job_ranks(workers: list[str], summaries: Callable[[], list[dict[str, Any] | None]]) -> JobRanks:
+    """Whether a run's traces are the ranks of one distributed job (``docs/definitions.md`` §10, "Ranks of
+    one job"). ``summaries()``: each worker's first trace's ingest summary (None when not parsed yet), read
+    only when the names do not decide.
+
+    1. A distinct rank number in every worker's name (rank3, worker3, sampled_rank-1) makes ranks of one job.
+    2. Else distributedInfo decides: one trace of a job with world size > 1 is a rank, and traces whose
+       distributedInfo ranks are distinct are ranks of one job.
+    3. Else PaddlePaddle traces (which record no rank) are ranks of one job when they come from distinct
+       processes and their profiling windows overlap in wall-clock time; numbered by host name, then process id.
+    Anything else (one plain trace; several traces with no rank, or the same rank) is unrelated traces.
     """
     named = [rank_from_name(worker) for worker in workers]
     if len(workers) > 1 and None not in named and len(set(named)) == len(named):
-        return None
-    recorded_infos = [info for info in infos() if isinstance(info, dict) and info.get("rank") is not None]
+        return JobRanks(None)
+    parsed = summaries()
+    recorded_infos = [s["distributed"] for s in parsed if s and isinstance(s.get("distributed"), dict)]
+    recorded_infos = [info for info in recorded_infos if info.get("rank") is not None]
     recorded = [info["rank"] for info in recorded_infos]
     if len(set(recorded)) < len(recorded):
-        return (f"{len(recorded)} traces record the same distributedInfo rank ({recorded[0]}): "
-                "they are separate jobs, not ranks of one job")  # fmt: skip
+        return JobRanks(f"{len(recorded)} traces record the same distributedInfo rank ({recorded[0]}): "
+                        "they are separate jobs, not ranks of one job")  # fmt: skip
     if len(recorded) > 1 or _world_size(recorded_infos) > 1:
-        return None
+        return JobRanks(None)
     if recorded:
-        return "its trace records distributedInfo with a world size of 1: a single-process job"
+        return JobRanks("its trace records distributedInfo with a world size of 1: a single-process job")
     if len(workers) == 1:
-        return "it has one trace and no distributedInfo: profile a torch.distributed job to compare its ranks"
-    return (f"its {len(workers)} traces record no distributedInfo and their names carry no distinct rank "
-            "number (rank0, worker1 ...): they are taken as unrelated traces, not ranks of one job")  # fmt: skip
+        return JobRanks("it has one trace and no distributedInfo: profile a torch.distributed job to compare its ranks")
+    paddle = [s for s in parsed if s and s.get("format") == "paddle"]
+    if len(workers) > 1 and len(paddle) == len(workers):
+        return _concurrent_paddle_processes(workers, paddle)
+    return JobRanks(
+        f"its {len(workers)} traces record no distributedInfo and their names carry no distinct rank "
+        "number (rank0, worker1 ...): they are taken as unrelated traces, not ranks of one job"
+    )
+
+
+def _concurrent_paddle_processes(workers: list[str], summaries: list[dict[str, Any]]) -> JobRanks:
+    """Rule 3: Paddle traces of distinct processes whose profiling windows share an instant are ranks of one
+    job (``paddle.distributed.launch`` with the default file names), numbered by (host name, process id)."""
+    processes = [s.get("process") or {} for s in summaries]
+    if any(not p.get("pids") or p.get("start_us") is None or p.get("end_us") is None for p in processes):
+        return JobRanks(f"its {len(workers)} PaddlePaddle traces record no rank, and not all of them record "
+                        "their process id and profiling window")  # fmt: skip
+    identities = [(_host_of(worker), min(p["pids"])) for worker, p in zip(workers, processes, strict=True)]
+    if len(set(identities)) < len(identities):
+        return JobRanks(f"its {len(workers)} PaddlePaddle traces record no rank and some come from the same "
+                        "process: they are separate profiling sessions, not ranks of one job")  # fmt: skip
+    if max(p["start_us"] for p in processes) >= min(p["end_us"] for p in processes):
+        return JobRanks(f"its {len(workers)} PaddlePaddle traces record no rank and their profiling windows do "
+                        "not all overlap in time: they are taken as separate jobs, not ranks of one job")  # fmt: skip
+    order = sorted(range(len(workers)), key=lambda i: (*identities[i], workers[i]))
+    return JobRanks(None, {workers[i]: number for number, i in enumerate(order)})
+
+
+def _host_of(worker: str) -> str:
+    """The host name in Paddle's default worker name ``host_{hostname}pid_{pid}``; "" for other names."""
+    found = _PADDLE_DEFAULT_WORKER.match(worker)
+    return found.group("host") if found else ""
 
 
 def _world_size(infos: list[dict[str, Any] | None]) -> int:
@@ -136,7 +180,8 @@ def build_distributed(inputs: list[dict[str, Any]]) -> dict[str, Any]:
 
     ``inputs``: one item per worker, in the catalog's worker order: ``{"worker", "span", "file",
     "summary"}`` with the ``distributed.rank`` payload, or ``{"worker", "span", "file", "error"}``
-    when that rank's trace could not be read (it is reported, and the view is built without it).
+    when that rank's trace could not be read (it is reported, and the view is built without it); plus
+    ``"inferred_rank"`` when ``job_ranks`` inferred the worker's rank number.
     """
     warnings: list[str] = []
     ranks = _assign_ranks(inputs, warnings)
@@ -180,6 +225,8 @@ def _assign_ranks(inputs: list[dict[str, Any]], warnings: list[str]) -> list[dic
             summary = None
             item = {**item, "error": "its distributed summary is unreadable"}
         number, source = (summary["identity"]["rank"], "distributedInfo") if summary else (None, None)
+        if number is None and item.get("inferred_rank") is not None:
+            number, source = item["inferred_rank"], "inferred"
         if number is None:
             number, source = rank_from_name(item["worker"]), "name"
         if number is None:
@@ -196,6 +243,13 @@ def _assign_ranks(inputs: list[dict[str, Any]], warnings: list[str]) -> list[dic
                 "summary": summary,
                 "error": item.get("error"),
             }
+        )
+    inferred = [rank["worker"] for rank in ranks if rank["rank_source"] == "inferred"]
+    if inferred:
+        warnings.append(
+            f"No rank recorded for {', '.join(inferred)}: taken as ranks of one job because they are PaddlePaddle "
+            "traces of distinct processes whose profiling windows overlap, and numbered by host name and process id "
+            "(inferred, which may not be the job's real rank numbers)."
         )
     if by_order:
         warnings.append(
@@ -742,7 +796,7 @@ def _topology(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pid = (summary.get("host") or {}).get("pid")
         if not host:
             match = _NODE_PROCESS.match(rank["worker"])
-            host = match.group(1) if match else None
+            host = _host_of(rank["worker"]) or (match.group(1) if match else None)
             pid = pid or (match.group(2) if match else None)
         nodes[host or "unknown host"].append(
             {"worker": rank["worker"], "rank": rank["rank"], "pid": pid, "gpus": summary.get("devices", [])}

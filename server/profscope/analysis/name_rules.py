@@ -161,10 +161,26 @@ def is_comm_kernel(name: str) -> bool:
     return _COMM_KERNEL.search(name) is not None
 
 
+def is_paddle_collective_op(name: str) -> bool:
+    """A PaddlePaddle collective operator (``all_reduce dygraph``, ``c_allreduce_sum``): on a CPU rank the only
+    record of a collective, as Paddle writes no ``gloo:*`` op (``docs/definitions.md`` §6)."""
+    return _PADDLE_COLLECTIVE_OP.match(name) is not None
+
+
 def is_backend_comm_op(name: str) -> bool:
     """``nccl:all_reduce``, ``gloo:all_reduce``...: the host record of a collective by its backend."""
     return _BACKEND_COMM_OP.search(name) is not None
 
+
+# Paddle's collective operators: the phi communication kernels and the older ``c_*`` ops, in place (``_``) or
+# not, with the " dygraph" Paddle writes after an operator run eagerly. (Tensor ops such as ``reduce_sum`` or
+# ``broadcast_to`` are not collectives: only the names below are.)
+_PADDLE_COLLECTIVE_OP = re.compile(
+    r"^(?:all_reduce|all_gather|all_to_all|reduce_scatter|broadcast|reduce|barrier|p_send|p_recv|send_v2|recv_v2"
+    r"|c_allreduce_(?:sum|max|min|prod|avg)|c_allgather|c_broadcast|c_reducescatter|c_reduce_(?:sum|max|min|prod)"
+    r"|mp_allreduce_sum|partial_send|partial_recv|partial_allgather)_?(?: dygraph)?$"
+)
+_PADDLE_EAGER_SUFFIX = " dygraph"
 
 # Canonical collective types, matched on the name without backend prefix, underscores or case:
 # "nccl:_all_gather_base", "allgather_into_tensor_coalesced", "ncclDevKernel_AllGather_RING_LL" -> all_gather.
@@ -188,7 +204,7 @@ _BACKEND_PREFIX = re.compile(r"^[A-Za-z0-9]+:[^:]")
 
 def collective_kind(name: str) -> str:
     """The canonical type of a collective op / kernel name (``other`` when none fits)."""
-    text = name.replace("(anonymous namespace)", "")
+    text = name.replace("(anonymous namespace)", "").removesuffix(_PADDLE_EAGER_SUFFIX)
     if _BACKEND_PREFIX.match(text):
         text = text.split(":", 1)[1]
     text = text.split("(", 1)[0].split("<", 1)[0].rsplit("::", 1)[-1].strip().rsplit(" ", 1)[-1]

@@ -39,7 +39,7 @@ MAX_ANCESTORS = 12
 ABSOLUTE_US = 1e14  # timestamps above this are epoch microseconds (after 1973), not relative ones
 
 
-@payload("distributed.rank", version=2)
+@payload("distributed.rank", version=3)
 def rank_payload(context: TraceContext) -> dict[str, Any]:
     return rank_summary(context.tables, context.tree, context.steps)
 
@@ -195,7 +195,7 @@ def _collective_calls(
         gloo_name = name_rules.string_mask(strings, lambda s: s.startswith("gloo:"))
         host_calls = np.flatnonzero(host & gloo_name[name])
     else:
-        host_calls = np.flatnonzero(host & backend_name[name])
+        host_calls = np.flatnonzero(host & (backend_name[name] | _paddle_collectives(tables)))
     kernel_calls = np.flatnonzero(comm_device)
     rows = np.concatenate([kernel_calls, host_calls])
     on_device = np.concatenate([np.ones(len(kernel_calls), bool), np.zeros(len(host_calls), bool)])
@@ -235,6 +235,19 @@ def _collective_calls(
         "on_device": on_device,
         "warnings": warnings,
     }
+
+
+def _paddle_collectives(tables: TraceTables) -> np.ndarray:
+    """Per event: a PaddlePaddle host record of a collective, its ``Communication`` events and its collective
+    operators (categories only Paddle writes, so no other trace has one)."""
+    events = tables.events
+    category = np.asarray(events["cat"])
+    collective_name = name_rules.string_mask(tables.strings, name_rules.is_paddle_collective_op)
+    communication, operator = tables.strings.lookup("Communication"), tables.strings.lookup("Operator")
+    found = (category == communication) if communication >= 0 else np.zeros(len(category), dtype=bool)
+    if operator >= 0:
+        found |= (category == operator) & collective_name[np.asarray(events["name"])]
+    return found
 
 
 def _kernelless_collectives(tables: TraceTables, backend_ops: np.ndarray, comm_device: np.ndarray) -> list[str]:
@@ -319,8 +332,10 @@ class _CallResolver:
             display = collective_name
         elif c10d_op is not None:
             display = strings[int(self.name[c10d_op])]
-        else:
+        elif on_device:
             display = _short_kernel_name(strings[int(self.name[row])])
+        else:  # a Paddle collective operator ("all_reduce dygraph"), the only record of the call
+            display = strings[int(self.name[row])]
         kind = name_rules.collective_kind(collective_name or display)
         if kind == "other" and on_device:
             kind = name_rules.collective_kind(strings[int(self.name[row])])
@@ -479,7 +494,9 @@ def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
     kind, name, track = (np.asarray(events[c]) for c in ("kind", "name", "track"))
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
-    collective = np.isin(kind, HOST_OP_KINDS) & name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name]
+    collective = np.isin(kind, HOST_OP_KINDS) & (
+        name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name] | _paddle_collectives(tables)
+    )
     not_compute = name_rules.string_mask(
         tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_step_range(s)
     )

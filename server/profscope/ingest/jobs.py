@@ -186,6 +186,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "format": tables.meta.get("format", "kineto"),
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
+        "process": tables.meta.get("process"),  # Paddle's: its process ids and wall-clock window (definitions §10)
         "parse_s": parse_s,
         "phase_s": phase_s,
         "total_s": time.perf_counter() - started,

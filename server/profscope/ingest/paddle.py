@@ -19,7 +19,10 @@ A Paddle trace is a Chrome trace too, so the kineto reader cuts it into pieces a
   in Paddle's own Memory Summary;
 - ``deviceProperties`` name the SM count ``smCount`` (kineto: ``numSms``);
 - threads are ``"12721(Python)"`` / ``"12721(C++)"``; ``ExtraInfo`` names the threads; the top-level
-  ``span_index`` (``span_indx`` in older versions) numbers the profiling windows of a process.
+  ``span_index`` (``span_indx`` in older versions) numbers the profiling windows of a process;
+- nothing records the rank (no ``distributedInfo``, no rank in ``ExtraInfo`` or the names, not even with
+  ``paddle.distributed.launch``): ``meta["process"]`` keeps the process ids and the wall-clock window,
+  from which the catalog's runs tell ranks of one job apart from unrelated traces.
 
 Paddle-only facts the summary tables need (the peaks per place, ``span_index``, the thread names)
 go to ``meta["paddle"]``.
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 import msgspec
+import numpy as np
 
 from profscope import parser_versions
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
@@ -87,6 +91,7 @@ _PADDLE_SIGNS = (
 SNIFF_BYTES = 64 << 10
 _NOT_HOST = frozenset(("Kernel", "Memcpy", "Memset", "CudaRuntime"))  # device events and their launches
 CPU_DEVICE_TYPE, CUDA_DEVICE_TYPE = 0, 1
+_HOST_THREAD_SIDES = ("(Python)", "(C++)")  # Paddle's host thread ids: "12721(Python)", "12721(C++)"
 
 
 class PaddleArgs(Args, gc=False):
@@ -208,6 +213,7 @@ def parse_paddle_trace(
         builder.warn(f"{converter.skipped} items of the event list are not Paddle events and were skipped")
     tables = builder.finish(reader.top_level)
     tables.meta["origin_us"] += converter.epoch_us or 0
+    tables.meta["process"] = _profiled_process(tables)
     _name_threads(tables, reader.top_level.get("ExtraInfo"))
     for device in tables.meta.get("deviceProperties", []):  # Paddle says smCount where kineto says numSms
         if isinstance(device.get("smCount"), int) and "numSms" not in device:
@@ -216,6 +222,25 @@ def parse_paddle_trace(
     tables.meta["format"] = "paddle"
     tables.meta["decoder"] = "python"
     return tables
+
+
+def _profiled_process(tables: TraceTables) -> dict[str, Any]:
+    """The process ids of the profiled host threads and the wall-clock window (epoch µs) the events cover.
+
+    Paddle's traces record no rank: these say which traces of a folder are ranks of one job
+    (``docs/definitions.md`` §10). Paddle's ``ts`` is the system clock, so windows of one host compare.
+    """
+    pids = sorted({int(t.pid) for t in tables.tracks if t.tid.endswith(_HOST_THREAD_SIDES) and t.pid.isdigit()})
+    starts = np.asarray(tables.events["ts_ns"])
+    if len(starts) == 0:
+        return {"pids": pids, "start_us": None, "end_us": None}
+    ends = starts + np.asarray(tables.events["dur_ns"])
+    origin_us = float(tables.meta["origin_us"])
+    return {
+        "pids": pids,
+        "start_us": origin_us + int(starts.min()) / 1000,
+        "end_us": origin_us + int(ends.max()) / 1000,
+    }
 
 
 def _name_threads(tables: TraceTables, extra_info: Any) -> None:

@@ -148,23 +148,25 @@ def _distributed(state: Profscope, base: TraceFile, target: TraceFile) -> dict[s
     if base.run == target.run:  # two ranks or spans of one job: its Distributed view already compares them
         return None
     groups = [_rank_traces(state, trace) for trace in (base, target)]
-    if any(len(traces) < 2 for traces in groups):
+    if any(len(traces) < 2 for traces, _ in groups):
         return None
     bodies = []
-    for traces in groups:
-        body, progress = span_distributed(state, traces)
+    for traces, inferred_ranks in groups:
+        body, progress = span_distributed(state, traces, inferred_ranks)
         if body is None:
             return {"ranks": [], "note": f"The ranks are still being parsed ({progress['message']}); reload for them."}
         bodies.append(body)
     return {"ranks": diff.diff_ranks(bodies[0]["ranks"], bodies[1]["ranks"]), "note": None}
 
 
-def _rank_traces(state: Profscope, trace: TraceFile) -> list[TraceFile]:
+def _rank_traces(state: Profscope, trace: TraceFile) -> tuple[list[TraceFile], dict[str, int]]:
+    """The traces of the span group ``trace`` is in, and the rank numbers inferred for them (definitions §10)."""
     run = state.run(trace.run)
     found = run.span_group(trace.span) if run is not None else None
-    if found is None:
-        return []
-    return [t for worker, span_id in found[1].items() if (t := run.find(worker, span_id)) is not None]
+    if run is None or found is None:
+        return [], {}
+    traces = [t for worker, span_id in found[1].items() if (t := run.find(worker, span_id)) is not None]
+    return traces, state.job_ranks(run).inferred
 
 
 VIEW = View("diff", "Diff", router, queries=(query_of(operator_tree),))

@@ -54,30 +54,36 @@ def distributed(
     found = run.span_group(span)
     if found is None:  # a link to a span that is not there is a 404, distributed run or not
         raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
-    reason = state.not_distributed_reason(run)
-    if reason is not None:
-        return json_response({"run": run.name, "applies": False, "reason": f"Distributed does not apply: {reason}."})
+    ranks = state.job_ranks(run)
+    if ranks.reason is not None:
+        return json_response(
+            {"run": run.name, "applies": False, "reason": f"Distributed does not apply: {ranks.reason}."}
+        )
     position, group = found
     traces = [trace for worker, span_id in group.items() if (trace := run.find(worker, span_id)) is not None]
     ident = {"run": run.name, "span": group[traces[0].worker], "span_position": position + 1}
-    body, progress = span_distributed(state, traces)
+    body, progress = span_distributed(state, traces, ranks.inferred)
     if body is None:
         return json_response({**ident, **progress}, status_code=202)
     body = {**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)}
     return output.respond(body, f"{run.name}-distributed")
 
 
-def span_distributed(state: Profscope, traces: list[TraceFile]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def span_distributed(
+    state: Profscope, traces: list[TraceFile], inferred_ranks: dict[str, int]
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The Distributed view of these ranks (one span group), or None and the parse progress while one is parsing.
-    Built from the ranks' cached summaries, once per set of them."""
-    inputs, pending = _collect(state, traces)
+    Built from the ranks' cached summaries, once per set of them. ``inferred_ranks``: ``JobRanks.inferred``."""
+    inputs, pending = _collect(state, traces, inferred_ranks)
     if pending:
         return None, _progress(state, traces, pending)
     key = ("distributed", *((item["cache_key"], "summary" in item) for item in inputs))
     return state.store.loaded(key, lambda: build_distributed([_loaded(state, item) for item in inputs])), {}
 
 
-def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, Any]], list[TraceFile]]:
+def _collect(
+    state: Profscope, traces: list[TraceFile], inferred_ranks: dict[str, int]
+) -> tuple[list[dict[str, Any]], list[TraceFile]]:
     """What each rank has: its summary (read later, one at a time), its error, or nothing yet."""
     inputs, pending = [], []
     for trace in traces:
@@ -86,6 +92,7 @@ def _collect(state: Profscope, traces: list[TraceFile]) -> tuple[list[dict[str, 
             "span": trace.span,
             "file": trace.key,
             "cache_key": trace.cache_key,
+            "inferred_rank": inferred_ranks.get(trace.worker),
         }
         if state.store.available(trace.cache_key, PAYLOAD):
             inputs.append({**item, "summary": None})

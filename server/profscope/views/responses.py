@@ -31,6 +31,7 @@ class TraceIdent(Strict):
 class WorkerSpans(Strict):
     worker: str
     spans: list[str]
+    inferred_rank: int | None = None  # present when its trace records no rank and one was inferred (definitions §10)
 
 
 class MovedRun(Strict):

@@ -114,6 +114,12 @@ function readIdent() {
   return { run, worker, span };
 }
 
+// A worker whose trace records no rank but was taken as one rank of a job (docs/definitions.md §10) shows
+// the inferred number in front of its name; the name stays the worker's id in links.
+function workerLabel(w) {
+  return w.inferred_rank == null ? w.worker : `rank ${w.inferred_rank} (inferred) · ${w.worker}`;
+}
+
 function renderBar(page, runs, runInfo, worker, span) {
   const bar = byId("selector");
   if (!bar) return;
@@ -124,7 +130,7 @@ function renderBar(page, runs, runInfo, worker, span) {
     select("sel-run", "Run", runs.map((r) => ({ value: r.run, label: shortenMiddle(r.run, RUN_LABEL_CHARS) })), runInfo ? runInfo.run : null, (run) =>
       navigate(page, { run, worker: null, span: null }),
     ),
-    select("sel-worker", "Worker", workers.map((w) => ({ value: w.worker, label: shortenMiddle(w.worker, RUN_LABEL_CHARS) })), worker, (next) => {
+    select("sel-worker", "Worker", workers.map((w) => ({ value: w.worker, label: shortenMiddle(workerLabel(w), RUN_LABEL_CHARS) })), worker, (next) => {
       // Keep the span's position: ranks of one job have different span ids for the same window.
       const index = Math.max(0, spans.indexOf(span));
       const nextSpans = workers.find((w) => w.worker === next)?.spans || [];

@@ -205,7 +205,7 @@ const link = (text) => (row) => (row.trace_url ? el("a", { href: row.trace_url, 
 function ranksTable(data) {
   const rows = data.ranks.map((r) => ({ ...r, state_text: r.state === "ready" ? r.mode : `error: ${r.error}` }));
   return tablePanel("ranks", "Ranks", "per rank, average per step (× steps = the rank's time in collectives over the span's steps)", [
-    { key: "rank", label: "Rank", num: true, title: "From distributedInfo, else the worker's name, else file order" },
+    { key: "rank", label: "Rank", num: true, title: "From distributedInfo, else the worker's name, else inferred (PaddlePaddle traces of one job, definitions §10), else file order" },
     { key: "worker", label: "Worker", cls: "name" },
     { key: "rank_source", label: "Rank from" },
     { key: "state_text", label: "Measured on", title: "device: kernels on the GPU; host: ops on the CPU (no kernels)" },
