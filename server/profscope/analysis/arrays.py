@@ -46,6 +46,15 @@ def match_keys(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, missin
     return np.where(keys[position] == queries, np.asarray(values)[position], missing).astype(np.int64)
 
 
+def by_level(depth: np.ndarray) -> list[np.ndarray]:
+    """The nodes at each depth (0, 1, ...), each in increasing index order: the same as
+    ``np.flatnonzero(depth == level)`` for every level, in one sort instead of one pass over all nodes
+    per level (a deep tree has thousands of levels). Negative depths (nodes outside the tree) are left out."""
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=-1)) + 2))
+    return [order[bounds[level] : bounds[level + 1]] for level in range(len(bounds) - 1)]
+
+
 def depths(parent: np.ndarray) -> np.ndarray:
     """Depth of every node of a forest given as parent indices (negative for roots)."""
     depth = np.zeros(len(parent), dtype=np.int64)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import depths, lookup, match_keys
+from profscope.analysis.arrays import by_level, depths, lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -183,9 +183,8 @@ def _device_launches(
 def _row_owners(tree_parent: np.ndarray, is_row: np.ndarray) -> np.ndarray:
     """Per node, the nearest operator row at or above it (ROOT when there is none)."""
     owner = np.where(is_row, np.arange(len(is_row)), ROOT)
-    depth = depths(tree_parent)
-    for level in range(1, int(depth.max(initial=0)) + 1):  # parents first, so owners flow down
-        nodes = np.flatnonzero((depth == level) & ~is_row)
+    for level_nodes in by_level(depths(tree_parent))[1:]:  # parents first, so owners flow down
+        nodes = level_nodes[~is_row[level_nodes]]
         owner[nodes] = owner[tree_parent[nodes]]
     return owner
 
@@ -243,9 +242,7 @@ def _node_sums(
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()
-    depth = depths(tree_parent)
-    for level in range(int(depth.max(initial=0)), 0, -1):  # deepest first, so sums flow to the roots
-        nodes = np.flatnonzero(depth == level)
+    for nodes in reversed(by_level(depths(tree_parent))[1:]):  # deepest first, so sums flow to the roots
         parents = tree_parent[nodes]
         np.add.at(device_total, parents, device_total[nodes])
         np.add.at(tc_total, parents, tc_total[nodes])

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from profscope.analysis.arrays import by_level
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, TraceTables
@@ -445,9 +446,7 @@ def memory_statistics(
 def _visited(parent: np.ndarray, visible: np.ndarray, processed: np.ndarray) -> np.ndarray:
     """Nodes the plugin's traversal reaches: visible, and top-level or under a visited node with memory events."""
     visited = np.zeros(len(parent), bool)
-    depth = _depths(parent)
-    for level in range(int(depth.max(initial=-1)) + 1):
-        at_level = np.flatnonzero(depth == level)
+    for level, at_level in enumerate(by_level(_depths(parent))):
         if level == 0:
             visited[at_level] = visible[at_level]
         else:
@@ -472,8 +471,6 @@ def _depths(parent: np.ndarray) -> np.ndarray:
 def _subtree_sums(parent: np.ndarray, values: np.ndarray) -> np.ndarray:
     """values[n] + the values of every node below n."""
     totals = values.copy()
-    depth = _depths(parent)
-    for level in range(int(depth.max(initial=0)), 0, -1):
-        at_level = np.flatnonzero(depth == level)
+    for at_level in reversed(by_level(_depths(parent))[1:]):
         np.add.at(totals, parent[at_level], totals[at_level])
     return totals

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import depths, group_ids
+from profscope.analysis.arrays import by_level, depths, group_ids
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -63,8 +63,7 @@ def fold_call_tree(tables: TraceTables, tree: CallTree) -> dict[str, list[Any]]:
         "device_total_us": tree.device_total_ns,
         "device_self_us": tree.device_self_ns,
     }
-    for level in range(int(depth.max(initial=-1)) + 1):
-        at = np.flatnonzero(depth == level)
+    for at in by_level(depth):
         parent = np.where(tree.parent[at] >= 0, folded_of[np.maximum(tree.parent[at], 0)], -1)
         group, first = group_ids(parent, name_key[at])
         folded_of[at] = group + len(folded)

@@ -277,10 +277,12 @@ class _CallResolver:
         self.strings = tables.strings
         self.name = np.asarray(tables.events["name"])
         collectives = tables.table("collectives")
-        self.coll_event = np.asarray(collectives["event"])
+        # int64 once: searching a narrower (memory-mapped) column for a Python int converts the whole
+        # column on every call, milliseconds each for thousands of calls
+        self.coll_event = np.asarray(collectives["event"], dtype=np.int64)
         self.coll = {column: np.asarray(values) for column, values in collectives.items()}
         ops = tables.table("ops")
-        self.op_event = np.asarray(ops["event"])
+        self.op_event = np.asarray(ops["event"], dtype=np.int64)
         self.op_dims = np.asarray(ops["input_dims"])
         self.op_types = np.asarray(ops["input_types"])
         self.device_position = {int(r): i for i, r in enumerate(np.asarray(tree.device_rows).tolist())}

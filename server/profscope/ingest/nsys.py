@@ -487,7 +487,12 @@ def _read_nvtx(builder: _Builder) -> None:
     if "textId" in columns:
         texts.append("s.value")
         join = "LEFT JOIN StringIds s ON s.id = n.textId"
-    parts = _NVTX_PARTS.format(text=", ".join([*texts, "NULL"]), join=join)
+    # the texts are taken apart once, into a temporary table the three queries below read
+    export.connection.execute("DROP TABLE IF EXISTS temp.nvtx_parts")
+    export.connection.execute(
+        f"CREATE TEMP TABLE nvtx_parts AS {_NVTX_PARTS.format(text=', '.join([*texts, 'NULL']), join=join)}"
+    )
+    parts = "SELECT * FROM temp.nvtx_parts"
     rows = export.query(
         f"SELECT start, \"end\", type, tid, DENSE_RANK() OVER (ORDER BY name) - 1, is_op, instr(name, ' ') > 0, "
         f"seq, DENSE_RANK() OVER (ORDER BY sizes) - 1 FROM ({parts})",
