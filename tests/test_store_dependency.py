@@ -18,7 +18,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.testclient import TestClient
 
 import profscope.app
-from conftest import corpus_file
+from conftest import app_routes, corpus_file
 from profscope.analysis.overview import overview_payload
 from profscope.analysis.payloads import Query, query_of
 from profscope.api.deps import get_state, get_store
@@ -44,15 +44,9 @@ NO_CACHED_DATA = {
 
 
 def _api_routes() -> Iterator[Any]:
-    def walk(routes):  # type: ignore[no-untyped-def]
-        for route in routes:
-            inner = getattr(route, "original_router", None)  # FastAPI >= 0.13x wraps included routers
-            if inner is not None:
-                yield from walk(inner.routes)
-            elif route.path.startswith("/api/"):
-                yield route
-
-    return walk(profscope.app.create_app(Settings()).routes)
+    return (
+        route for route in app_routes(profscope.app.create_app(Settings()).routes) if route.path.startswith("/api/")
+    )
 
 
 def _dependency_calls(dependant: Dependant) -> set[Callable[..., Any]]:

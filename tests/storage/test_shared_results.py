@@ -54,8 +54,11 @@ def published(tmp_path: Path, bucket: Bucket) -> tuple[Path, str, TraceFile]:
     return root, uri, trace
 
 
-def _with_new_overview(monkeypatch: pytest.MonkeyPatch, calls: Counter) -> None:
-    """The servers created from now on run an Overview query one version newer than the bundle's."""
+@pytest.fixture
+def overview_calls(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The servers created from now on run an Overview query one version newer than the bundle's; the
+    counter counts its runs."""
+    calls: Counter = Counter()
 
     def new_formula(context: Any) -> dict[str, Any]:
         calls["overview"] += 1
@@ -65,6 +68,7 @@ def _with_new_overview(monkeypatch: pytest.MonkeyPatch, calls: Counter) -> None:
     bumped_view = dataclasses.replace(overview.VIEW, queries=(bumped,))
     views = tuple(bumped_view if view is overview.VIEW else view for view in VIEWS)
     monkeypatch.setattr(profscope.app, "VIEWS", views)
+    return calls
 
 
 @contextmanager
@@ -95,11 +99,10 @@ def _counted(state: Profscope, metric: str, result: str) -> float:
 
 
 def test_a_recomputed_result_is_published_and_the_next_replica_reads_it(
-    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, overview_calls: Counter
 ) -> None:
     root, uri, trace = published
-    calls: Counter = Counter()
-    _with_new_overview(monkeypatch, calls)
+    calls = overview_calls
     result_key = f"cache/{LAYOUT}/{trace.cache_key}/views/{BUMPED}.json"
     assert result_key not in bucket.keys("cache/")
 
@@ -121,11 +124,10 @@ def test_a_recomputed_result_is_published_and_the_next_replica_reads_it(
 
 
 def test_a_read_only_replica_computes_the_result_but_does_not_publish_it(
-    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, overview_calls: Counter
 ) -> None:
     root, uri, trace = published
-    calls: Counter = Counter()
-    _with_new_overview(monkeypatch, calls)
+    calls = overview_calls
     before = bucket.keys("cache/")
     with _replica(root, tmp_path / "ro", uri, write=False) as (client, state):
         assert _overview_when_ready(client, trace.run)["formula"] == "changed"
@@ -134,11 +136,10 @@ def test_a_read_only_replica_computes_the_result_but_does_not_publish_it(
 
 
 def test_a_published_result_that_is_not_json_is_ignored_and_computed(
-    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    published: tuple[Path, str, TraceFile], bucket: Bucket, tmp_path: Path, overview_calls: Counter
 ) -> None:
     root, uri, trace = published
-    calls: Counter = Counter()
-    _with_new_overview(monkeypatch, calls)
+    calls = overview_calls
     bucket.put(f"cache/{LAYOUT}/{trace.cache_key}/views/{BUMPED}.json", b'{"cut short": ')
     with _replica(root, tmp_path / "c", uri, write=False) as (client, state):
         assert _overview_when_ready(client, trace.run)["formula"] == "changed"

@@ -36,6 +36,7 @@ from profscope.analysis.snapshot_timeline import (
     default_timeline_view,
     is_default_request,
     timeline,
+    timeline_axis,
 )
 from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
 from profscope.api.deps import (
@@ -236,8 +237,16 @@ def snapshot_timeline(
     ingest: IngestDep,
     snapshot: TraceFile = Depends(get_snapshot),
     device: int | None = DeviceQuery,
-    start: float | None = Query(None, description="Window start on the x axis (µs since the first entry, or entry)"),
-    end: float | None = Query(None, description="Window end on the x axis"),
+    start_us: float | None = Query(
+        None, description="Window start, µs since the device's first entry (`axis` time_us)"
+    ),
+    end_us: float | None = Query(None, description="Window end, µs since the device's first entry (`axis` time_us)"),
+    start_entry: int | None = Query(None, ge=0, description="Window start, an entry index (`axis` entry: no times)"),
+    end_entry: int | None = Query(None, ge=0, description="Window end, an entry index (`axis` entry: no times)"),
+    start: float | None = Query(
+        None, deprecated=True, description="Old name of start_us or start_entry, as the axis is"
+    ),
+    end: float | None = Query(None, deprecated=True, description="Old name of end_us or end_entry, as the axis is"),
     width_px: int = Query(DEFAULT_WIDTH_PX, ge=10, le=8000, description="Plot width in pixels"),
     height_px: int = Query(DEFAULT_HEIGHT_PX, ge=10, le=8000, description="Plot height in pixels"),
     min_px: float = Query(DEFAULT_MIN_PX, gt=0, le=100, description="Allocations less tall than this (pixels) merge"),
@@ -245,12 +254,17 @@ def snapshot_timeline(
     """Bands: allocations at least `min_px` tall at this window and height, each with its bottom `y` (bytes)
     at the x positions where it moves; the rest is one "small allocations" band (`summarized`). The whole
     window at the default size (the page's first draw) is computed when the snapshot is read, and served
-    from the cache."""
-    _window(start, end)
+    from the cache. The window is in the unit of the device's `axis`: `start_us` / `end_us` with times,
+    `start_entry` / `end_entry` without (a snapshot recorded without times)."""
     data, pending = payload_or_status(store, ingest, snapshot, "snapshot.summary")
     if pending is not None:
         return pending
     chosen = _device(orjson.loads(data), device)
+    by_unit = {"time_us": (start_us, end_us), "entry": (start_entry, end_entry)}
+    if any(value is not None for pair in by_unit.values() for value in pair):
+        axis = timeline_axis(store.snapshot_tables(snapshot.cache_key), chosen)
+        start, end = _window_on_axis(axis, by_unit, (start, end))
+    _window(start, end)
     if is_default_request(start, end, width_px, height_px, min_px):
         cached = store.result(snapshot.cache_key, default_timeline_view(chosen))
         if cached is not None:
@@ -261,6 +275,19 @@ def snapshot_timeline(
         snapshot,
         lambda tables, summary: timeline(tables, chosen, start, end, width_px, height_px, min_px=min_px),
     )
+
+
+def _window_on_axis(
+    axis: str, by_unit: dict[str, tuple[float | None, float | None]], old: tuple[float | None, float | None]
+) -> tuple[float | None, float | None]:
+    """The window in the axis's unit: its own names first, then the old ``start`` / ``end``; a window given in
+    the other unit is a 422 saying which names this timeline takes."""
+    names = {"time_us": "start_us / end_us", "entry": "start_entry / end_entry"}
+    for unit, pair in by_unit.items():
+        if unit != axis and any(value is not None for value in pair):
+            raise HTTPException(422, detail=f"this timeline's axis is {axis}: give its window as {names[axis]}")
+    start, end = by_unit[axis]
+    return (old[0] if start is None else start), (old[1] if end is None else end)
 
 
 @router.get(
