@@ -7,7 +7,9 @@ every file). ``PROFSCOPE_CORPUS`` may point elsewhere (e.g. a larger corpus for 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,16 @@ def corpus_file(relative: str) -> Path:
     if not path.exists():
         pytest.fail(f"corpus file {path} is missing (the corpus is tests/corpus, or PROFSCOPE_CORPUS if set)")
     return path
+
+
+def app_routes(routes: list[Any]) -> Iterator[Any]:
+    """Every route of an app (``app.routes``), those of the routers it includes too."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # FastAPI >= 0.13x wraps included routers
+        if inner is not None:
+            yield from app_routes(inner.routes)
+        else:
+            yield route
 
 
 @pytest.fixture(scope="session")

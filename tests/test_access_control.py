@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import corpus_file
+from conftest import app_routes, corpus_file
 from profscope.app import create_app
 from profscope.assets import web_dir
 from profscope.config import Settings
@@ -82,15 +82,7 @@ def _parsed(base: str, headers: dict[str, str]) -> bool:
 def _registered_paths() -> set[str]:
     """Every path the app serves, including routes left out of the OpenAPI document."""
 
-    def walk(routes) -> Iterator[str]:  # type: ignore[no-untyped-def]
-        for route in routes:
-            inner = getattr(route, "original_router", None)  # FastAPI >= 0.13x wraps included routers
-            if inner is not None:
-                yield from walk(inner.routes)
-            else:
-                yield route.path
-
-    return set(walk(create_app(Settings()).routes))
+    return {route.path for route in app_routes(create_app(Settings()).routes)}
 
 
 def _requests(base: str, source_root: Path, headers: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from conftest import corpus_file
+from conftest import app_routes, corpus_file
 from nsys_export import two_rank_nccl_run
 from profscope.app import create_app
 from profscope.config import Settings
@@ -28,16 +28,8 @@ PADDLE_GPU = Path(__file__).resolve().parent / "data/paddle/gpu"  # two hand-wri
 def _models() -> dict[tuple[str, str], Any]:
     """(method, path) -> the response model each /api route declares."""
 
-    def walk(routes):  # type: ignore[no-untyped-def]
-        for route in routes:
-            inner = getattr(route, "original_router", None)  # FastAPI >= 0.13x wraps included routers
-            if inner is not None:
-                yield from walk(inner.routes)
-            elif route.path.startswith("/api/"):
-                for method in route.methods:
-                    yield (method, route.path), route.response_model
-
-    return dict(walk(create_app(Settings()).routes))
+    routes = [route for route in app_routes(create_app(Settings()).routes) if route.path.startswith("/api/")]
+    return {(method, route.path): route.response_model for route in routes for method in route.methods}
 
 
 MODELS = _models()

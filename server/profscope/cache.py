@@ -71,7 +71,10 @@ class TraceCache:
         return self.summary(cache_key) is not None
 
     def write_view(self, cache_key: str, name: str, value: Any) -> None:
-        write_atomic(self.view_path(cache_key, name), dumps(value))
+        self.write_view_bytes(cache_key, name, dumps(value))
+
+    def write_view_bytes(self, cache_key: str, name: str, data: bytes) -> None:
+        write_atomic(self.view_path(cache_key, name), data)
 
     def read_view(self, cache_key: str, name: str) -> bytes | None:
         try:

@@ -62,6 +62,7 @@ class SharedCacheMetrics:
 
     LOOKUP_RESULTS = ("hit", "failure", "miss", "invalid", "error")
     UPLOAD_RESULTS = ("bundle", "failure", "present", "error")
+    RESULT_OUTCOMES = ("fetched", "published", "miss", "invalid", "error")
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.lookups = Counter(
@@ -78,6 +79,15 @@ class SharedCacheMetrics:
             labelnames=("result",),
             registry=registry,
         )
+        self.results = Counter(
+            "profscope_shared_cache_results",
+            "Query results newer than an entry's bundle: fetched (another replica computed it), published (computed "
+            "here and written), miss (computed here), invalid (not JSON, ignored), error (the store failed)",
+            labelnames=("result",),
+            registry=registry,
+        )
+        for result in self.RESULT_OUTCOMES:
+            self.results.labels(result)
         for result in self.LOOKUP_RESULTS:  # every series exists from the start, at 0
             self.lookups.labels(result)
         for result in self.UPLOAD_RESULTS:

@@ -8,6 +8,14 @@ the shared cache holds, per cache key, an immutable copy of a complete local ent
                                                      views/) as one uncompressed tar, named by its digest
     <cache URI>/v1/<cache key>/manifest.json         written last: names the bundle, its size and digest
 
+A query whose version is newer than an entry's bundle is computed by the first replica that needs it
+(``store.py``), which publishes the result next to the bundle, under the name it has in the entry:
+
+    <cache URI>/v1/<cache key>/views/<query>.v<version>.json
+
+so the other replicas read it instead of computing it again. It is one JSON file, written whole by one
+put (object stores never show half an object); a reader checks that it is JSON before keeping it.
+
 A cache key changes whenever the object (ETag / generation, size) or the parser version does, so an
 entry is written once and never updated: readers see a manifest or nothing. The manifest is written
 after the bundle and names it by digest, so a reader never pairs a manifest with another writer's
@@ -50,6 +58,7 @@ log = logging.getLogger("profscope.shared_cache")
 LAYOUT = "v1"  # bump when the bundle or the manifest changes shape: old and new servers then never mix entries
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 20
+MAX_RESULT_BYTES = 1 << 30  # a published query result (a call tree of a large trace is tens of MB)
 COPY_BYTES = 1 << 20
 STORE_WARNING_INTERVAL_S = 60.0  # a store that is down fails every lookup: say so once a minute, not per trace
 UNRECORDED_FAILURES = frozenset({"SourceError"})  # storage trouble is retried, never recorded for other replicas
@@ -409,6 +418,51 @@ class SharedCache:
         data = dumps(manifest)
         self.store.put(self.object_key(cache_key, MANIFEST), io.BytesIO(data), len(data))
         return "bundle" if ready else "failure"
+
+    # ---- query results published on their own -------------------------------------------------------
+    def result_key(self, cache_key: str, stored_name: str) -> str:
+        """Where a query result computed after the entry's bundle lives: its name in the entry's ``views/``."""
+        return self.object_key(cache_key, f"views/{stored_name}.json")
+
+    def fetch_result(self, cache_key: str, stored_name: str) -> bytes | None:
+        """A query result another replica computed and published (``publish_result``), or None when there is
+        none, it is not JSON, or the store fails (the caller then computes it)."""
+        try:
+            with self.store.open(self.result_key(cache_key, stored_name)) as stream:
+                data = _read_at_most(stream, MAX_RESULT_BYTES)
+        except ObjectMissing:
+            self._count_result("miss")
+            return None
+        except OSError as exc:
+            self._warn_store(f"cannot read a result from the shared cache {self.uri}: {exc}; computing it locally")
+            self._count_result("error")
+            return None
+        try:
+            if len(data) > MAX_RESULT_BYTES:
+                raise ValueError(f"it is larger than {MAX_RESULT_BYTES} bytes")
+            orjson.loads(data)
+        except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
+            log.warning("ignoring %s/%s: %s", self.uri, self.result_key(cache_key, stored_name), exc)
+            self._count_result("invalid")
+            return None
+        self._count_result("fetched")
+        return data
+
+    def publish_result(self, cache_key: str, stored_name: str, data: bytes) -> bool:
+        """Write a query result computed from an entry's stored tables next to the entry's bundle. False when
+        the store fails: the result stays local, and the next replica that needs it computes it too."""
+        try:
+            self.store.put(self.result_key(cache_key, stored_name), io.BytesIO(data), len(data))
+        except OSError as exc:
+            self._warn_store(f"cannot write a result to the shared cache {self.uri}: {exc}")
+            self._count_result("error")
+            return False
+        self._count_result("published")
+        return True
+
+    def _count_result(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.results.labels(result).inc()
 
     def _warn_store(self, message: str) -> None:
         with self._warn_lock:

@@ -76,7 +76,6 @@ class Profscope:
         self.cache = TraceCache(settings.traces_cache)
         self.views = tuple(views)  # the registry (profscope.views.VIEWS), handed in: views sit above this layer
         queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
-        self.store = Store(self.cache, queries)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -95,6 +94,7 @@ class Profscope:
             if settings.shared_cache
             else None
         )
+        self.store = Store(self.cache, queries, shared=self.shared_cache, publish=settings.shared_cache_write)
         self.ingest = IngestManager(
             self.cache,
             settings.workers,

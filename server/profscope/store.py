@@ -2,8 +2,10 @@
 
 It owns the results of the cached queries (read from the cache entry; a result whose query version is
 newer than the entry's is computed here from the stored tables, written next to the others, and never
-triggers a parse), and one bounded cache of loaded structures (memory-mapped tables, snapshot tables,
-the timeline index, structures a router derives from them), by key, least recently used first out.
+triggers a parse; with a shared cache in object storage it is first looked for there, and published there
+once computed when this server writes to it, so one replica computes it for all), and one bounded cache of
+loaded structures (memory-mapped tables, snapshot tables, the timeline index, structures a router derives
+from them), by key, least recently used first out.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import Query
 from profscope.analysis.timeline_index import TimelineIndex
 from profscope.cache import TraceCache, dumps
+from profscope.shared_cache import SharedCache
 from profscope.snapshot_tables import SnapshotTables
 from profscope.tables import TraceTables
 
@@ -27,8 +30,17 @@ LOADED_CAPACITY = 16  # loaded structures kept: a few files' tables, indexes and
 
 
 class Store:
-    def __init__(self, cache: TraceCache, queries: Iterable[Query], capacity: int = LOADED_CAPACITY) -> None:
+    def __init__(
+        self,
+        cache: TraceCache,
+        queries: Iterable[Query],
+        capacity: int = LOADED_CAPACITY,
+        shared: SharedCache | None = None,
+        publish: bool = False,
+    ) -> None:
         self.cache = cache
+        self.shared = shared  # where other replicas publish the results they computed
+        self.publish = publish and shared is not None  # publish the results computed here
         self.queries = {query.name: query for query in queries}
         self.capacity = capacity
         self._loaded: OrderedDict[Hashable, Any] = OrderedDict()
@@ -67,14 +79,21 @@ class Store:
             data = self.cache.read_view(cache_key, query.stored_name)
             if data is not None:
                 return data
+            data = self.shared.fetch_result(cache_key, query.stored_name) if self.shared is not None else None
+            if data is not None:
+                self.cache.write_view_bytes(cache_key, query.stored_name, data)
+                return data
             try:
                 source = self._query_input(cache_key, query.kind)
             except (OSError, ValueError, KeyError):  # the entry was removed under us: the caller parses again
                 return None
             value, _ = query.compute(source)
             data = dumps(value)
-            self.cache.write_view(cache_key, query.stored_name, value)
+            self.cache.write_view_bytes(cache_key, query.stored_name, data)
             log.info("computed %s v%d of %s from its stored tables", query.name, query.version, cache_key)
+            if self.publish:
+                assert self.shared is not None
+                self.shared.publish_result(cache_key, query.stored_name, data)
             return data
 
     def _query_input(self, cache_key: str, kind: str) -> Any:

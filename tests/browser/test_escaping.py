@@ -146,7 +146,7 @@ def test_operator_stacks_and_source_viewer(guarded, attack_server: Server, group
     query = {"run": RUN, "group_by": group_by, "stack": OPS[0]}
     if group_by == "operator_input_shape":
         rows = get_json(f"{attack_server.url}/api/operators?{urlencode(query)}")[1]["rows"]
-        query["shape"] = next(row["input_shape"] for row in rows if row["name"] == OPS[0])
+        query["input_shape"] = next(row["input_shape"] for row in rows if row["name"] == OPS[0])
     guarded.goto(f"{attack_server.url}/operators?{urlencode(query)}")
     stacks = guarded.get_by_test_id("stacks")
     stacks.wait_for()

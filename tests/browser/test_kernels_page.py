@@ -67,7 +67,12 @@ def test_kernels_url_state_round_trips(page, server):
     page.locator('thead th[data-key="calls"]').click()
     page.locator("#top").select_option("5")
     params = query_of(page.url)
-    assert (params["group_by"], params["search"], params["sort"], params["top"]) == ("kernel_op", "sgemm", "calls", "5")
+    assert (params["group_by"], params["search"], params["sort"], params["pie_top"]) == (
+        "kernel_op",
+        "sgemm",
+        "calls",
+        "5",
+    )
     rows = page.get_by_test_id("kernels-table").locator("tbody tr").all_inner_texts()
 
     again = page.context.new_page()

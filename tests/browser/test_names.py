@@ -77,7 +77,7 @@ def test_kernel_operator_column_shows_what_tells_operators_apart(page, amd_serve
 
 def test_pie_legend_tells_the_convolutions_apart(page, server: Server) -> None:
     """The issue's example: three entries of the Operator pie read ``aten::cudnn_convoluti…``."""
-    page.goto(f"{server.url}/operators?run=resnet50_num_workers_0&top=20")
+    page.goto(f"{server.url}/operators?run=resnet50_num_workers_0&pie_top=20")
     wait_for_plot(page, "#pies", "g.slice path.surface")
     labels = page.locator("#pies .legend .mid-ellipsis").evaluate_all(TAILS)
     convolutions = [label for label in labels if "cudnn_convolution" in label["text"]]

@@ -62,8 +62,8 @@ def test_operators_url_state_round_trips(page, server):
     assert params["group_by"] == "operator_input_shape"
     assert params["search"] == "mm"
     assert params["sort"] == "-calls"
-    assert params["top"] == "5"
-    assert params["stack"] and params["shape"].startswith("[")  # expanded row: name and input shape
+    assert params["pie_top"] == "5"  # the pies' size; the API's `top` cuts rows
+    assert params["stack"] and params["input_shape"].startswith("[")  # expanded row: name and input shape
     names = table_names(page)
     slices = page.locator(f"#pie-host_self_us {PIE_SLICES}").count()
     screenshot(page, "operators-state-before-reload")

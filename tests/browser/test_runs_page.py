@@ -42,12 +42,12 @@ def test_runs_show_file_errors_and_failed_runs(page, server):
 
 
 def test_runs_filter_lives_in_the_url(page, server):
-    page.goto(server.url + "/?q=tiny")
+    page.goto(server.url + "/?search=tiny")
     page.get_by_test_id("runs-table").wait_for()
     assert page.locator("tr[data-run]").count() == 1
     assert page.locator("#run-filter").input_value() == "tiny"
     page.locator("#run-filter").fill("resnet")
-    page.wait_for_url("**q=resnet**")
+    page.wait_for_url("**search=resnet**")
     assert page.locator("tr[data-run]").all() and page.locator('tr[data-run="resnet50_num_workers_0"]').count() == 1
 
 

@@ -60,6 +60,11 @@ def is_default_request(start: float | None, end: float | None, width_px: int, he
     )
 
 
+def timeline_axis(tables: SnapshotTables, device: int) -> str:
+    """The x axis of a device's timeline: ``time_us`` (µs since its first entry) or ``entry`` (no times)."""
+    return EntryPositions.of(tables, device_memory(tables, device)).axis
+
+
 class EntryPositions:
     """x of a device's entries: microseconds since its first entry, or the entry's index without times.
 

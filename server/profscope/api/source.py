@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
-from profscope.api.deps import get_state, json_response
+from profscope.api.deps import SettingsDep, json_response
 from profscope.catalog import TABLE_KINDS, TraceFile
 from profscope.config import Settings
 from profscope.views.responses import SourceLines
@@ -89,12 +89,11 @@ def frame_links(settings: Settings, frame: dict[str, Any], file: TraceFile | Non
     },
 )
 def source(
-    request: Request,
+    settings: SettingsDep,
     path: str = Query(..., max_length=MAX_PATH_CHARS, description="File path as written in the stack frame"),
     line: int = Query(1, ge=1, le=MAX_LINE),
     context: int = Query(30, ge=0, le=500),
 ) -> Response:
-    settings = get_state(request).settings
     if not settings.source_roots:
         raise HTTPException(404, detail="no --source-root is configured, so source files are not served")
     if len(Path(path).parts) > MAX_PATH_PARTS:

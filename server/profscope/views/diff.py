@@ -6,14 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from profscope.analysis import diff
 from profscope.analysis.op_tree import operator_tree
 from profscope.analysis.payloads import query_of
-from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
+from profscope.api.deps import IngestDep, ServerState, StoreDep, get_trace, json_response, payload_or_status
 from profscope.catalog import TraceFile
+from profscope.ingest.jobs import IngestManager
+from profscope.store import Store
 from profscope.views.distributed import span_distributed
 from profscope.views.responses import Diff
 from profscope.views.shared import STATUS_DOC, ident
@@ -37,12 +39,12 @@ STEP_NOTE = {
 
 
 def get_base_trace(
-    request: Request,
+    state: ServerState,
     base_run: str = Query(..., description="Baseline run"),
     base_worker: str | None = Query(None, description="Baseline worker; default: the run's first"),
     base_span: str | None = Query(None, description="Baseline span id; default: the worker's first"),
 ) -> TraceFile:
-    return get_trace(request, base_run, base_worker, base_span)
+    return get_trace(state, base_run, base_worker, base_span)
 
 
 @router.get(
@@ -52,7 +54,9 @@ def get_base_trace(
     summary="A target trace compared with a baseline: step time, operators, kernels, call tree, ranks",
 )
 def diff_view(
-    request: Request,
+    state: ServerState,
+    store: StoreDep,
+    ingest: IngestDep,
     target: TraceFile = Depends(get_trace),
     base: TraceFile = Depends(get_base_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
@@ -62,22 +66,23 @@ def diff_view(
     head = {**ident(target), "base": ident(base), "group_by": group_by, "kernel_group_by": kernel_group_by}
     if base.cache_key == target.cache_key:
         return json_response({**head, **_empty(tree_path)})
-    state = get_state(request)
     names = ("overview", f"operators.{group_by}", f"kernels.{kernel_group_by}", TREE)
-    sides = {label: _results(state, trace, names) for label, trace in (("base", base), ("target", target))}
+    sides = {label: _results(store, ingest, trace, names) for label, trace in (("base", base), ("target", target))}
     waiting = sorted((pending.status_code != 422, label, pending) for label, (_, pending) in sides.items() if pending)
     if waiting:  # both sides asked first, so both parse; a failed side's 422 before a parsing side's 202
         _, label, pending = waiting[0]
         return _for_side(pending, label)
     body = _compare(sides["base"][0], sides["target"][0], group_by, kernel_group_by, tree_path)
-    return json_response({**head, **body, "distributed": _distributed(state, base, target)})
+    return json_response({**head, **body, "distributed": _distributed(state, store, ingest, base, target)})
 
 
-def _results(state: Profscope, trace: TraceFile, names: tuple[str, ...]) -> tuple[list[Any], Response | None]:
+def _results(
+    store: Store, ingest: IngestManager, trace: TraceFile, names: tuple[str, ...]
+) -> tuple[list[Any], Response | None]:
     """The cached results of one side, or the 202 / 422 answer while it has none."""
     results = []
     for name in names:
-        data, pending = payload_or_status(state, trace, name)
+        data, pending = payload_or_status(store, ingest, trace, name)
         if pending is not None:
             return [], pending
         results.append(orjson.loads(data))
@@ -143,7 +148,9 @@ def _empty(path: list[str]) -> dict[str, Any]:
     }
 
 
-def _distributed(state: Profscope, base: TraceFile, target: TraceFile) -> dict[str, Any] | None:
+def _distributed(
+    state: Profscope, store: Store, ingest: IngestManager, base: TraceFile, target: TraceFile
+) -> dict[str, Any] | None:
     """Per-rank deltas when both sides are runs of several ranks (the spans at the sides' positions)."""
     if base.run == target.run:  # two ranks or spans of one job: its Distributed view already compares them
         return None
@@ -152,7 +159,7 @@ def _distributed(state: Profscope, base: TraceFile, target: TraceFile) -> dict[s
         return None
     bodies = []
     for traces, inferred_ranks in groups:
-        body, progress = span_distributed(state, traces, inferred_ranks)
+        body, progress = span_distributed(store, ingest, traces, inferred_ranks)
         if body is None:
             return {"ranks": [], "note": f"The ranks are still being parsed ({progress['message']}); reload for them."}
         bodies.append(body)

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 from profscope.analysis.distributed import build_distributed, summary_from_json
 from profscope.analysis.payloads import query_of
 from profscope.analysis.rank_summary import rank_payload
 from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
-from profscope.api.deps import get_run, get_state, json_response
+from profscope.api.deps import IngestDep, ServerState, StoreDep, get_run, json_response
 from profscope.catalog import Run, TraceFile
+from profscope.ingest.jobs import IngestManager
+from profscope.store import Store
 from profscope.views.responses import Distributed, NotDistributed
 from profscope.views.view import NO_TRACE, RunFacts, View
-
-if TYPE_CHECKING:
-    from profscope.state import Profscope
 
 router = APIRouter(prefix="/api", tags=["distributed"])
 
@@ -41,7 +40,9 @@ PAYLOAD = query_of(rank_payload).name
     },
 )
 def distributed(
-    request: Request,
+    state: ServerState,
+    store: StoreDep,
+    ingest: IngestDep,
     run: Run = Depends(get_run),
     span: str | None = Query(
         None,
@@ -50,7 +51,6 @@ def distributed(
     ),
     output: ResponseFormat = Depends(),
 ) -> Response:
-    state = get_state(request)
     found = run.span_group(span)
     if found is None:  # a link to a span that is not there is a 404, distributed run or not
         raise HTTPException(status_code=404, detail=f"run {run.name!r} has no span {span!r}")
@@ -62,7 +62,7 @@ def distributed(
     position, group = found
     traces = [trace for worker, span_id in group.items() if (trace := run.find(worker, span_id)) is not None]
     ident = {"run": run.name, "span": group[traces[0].worker], "span_position": position + 1}
-    body, progress = span_distributed(state, traces, ranks.inferred)
+    body, progress = span_distributed(store, ingest, traces, ranks.inferred)
     if body is None:
         return json_response({**ident, **progress}, status_code=202)
     body = {**ident, "applies": True, "workers": len(traces), **_with_links(body, run, group)}
@@ -70,19 +70,19 @@ def distributed(
 
 
 def span_distributed(
-    state: Profscope, traces: list[TraceFile], inferred_ranks: dict[str, int]
+    store: Store, ingest: IngestManager, traces: list[TraceFile], inferred_ranks: dict[str, int]
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The Distributed view of these ranks (one span group), or None and the parse progress while one is parsing.
     Built from the ranks' cached summaries, once per set of them. ``inferred_ranks``: ``JobRanks.inferred``."""
-    inputs, pending = _collect(state, traces, inferred_ranks)
+    inputs, pending = _collect(store, ingest, traces, inferred_ranks)
     if pending:
-        return None, _progress(state, traces, pending)
+        return None, _progress(ingest, traces, pending)
     key = ("distributed", *((item["cache_key"], "summary" in item) for item in inputs))
-    return state.store.loaded(key, lambda: build_distributed([_loaded(state, item) for item in inputs])), {}
+    return store.loaded(key, lambda: build_distributed([_loaded(store, item) for item in inputs])), {}
 
 
 def _collect(
-    state: Profscope, traces: list[TraceFile], inferred_ranks: dict[str, int]
+    store: Store, ingest: IngestManager, traces: list[TraceFile], inferred_ranks: dict[str, int]
 ) -> tuple[list[dict[str, Any]], list[TraceFile]]:
     """What each rank has: its summary (read later, one at a time), its error, or nothing yet."""
     inputs, pending = [], []
@@ -94,32 +94,32 @@ def _collect(
             "cache_key": trace.cache_key,
             "inferred_rank": inferred_ranks.get(trace.worker),
         }
-        if state.store.available(trace.cache_key, PAYLOAD):
+        if store.available(trace.cache_key, PAYLOAD):
             inputs.append({**item, "summary": None})
             continue
-        status = state.ingest.request(trace, urgent=True)
+        status = ingest.request(trace, urgent=True)
         if status.state == "error":
             inputs.append({**item, "error": status.message or "the trace could not be read"})
         elif status.state == "ready":  # parsed by an older version, or the cache was cleared under us
-            state.ingest.retry(trace)
+            ingest.retry(trace)
             pending.append(trace)
         else:
             pending.append(trace)
     return inputs, pending
 
 
-def _loaded(state: Profscope, item: dict[str, Any]) -> dict[str, Any]:
+def _loaded(store: Store, item: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in item.items() if k != "cache_key"}
     if "summary" not in item:
         return out
-    data = state.store.result(item["cache_key"], PAYLOAD)
+    data = store.result(item["cache_key"], PAYLOAD)
     summary, error = summary_from_json(data) if data is not None else (None, "its summary disappeared from the cache")
     out.pop("summary")
     return {**out, "summary": summary} if summary is not None else {**out, "error": error}
 
 
-def _progress(state: Profscope, traces: list[TraceFile], pending: list[TraceFile]) -> dict[str, Any]:
-    states = [state.ingest.state(t) for t in traces]
+def _progress(ingest: IngestManager, traces: list[TraceFile], pending: list[TraceFile]) -> dict[str, Any]:
+    states = [ingest.state(t) for t in traces]
     done = sum(s.bytes_total if s.state in ("ready", "error") else s.bytes_done for s in states)
     total = sum(s.bytes_total for s in states) or 1
     ready = len(traces) - len(pending)

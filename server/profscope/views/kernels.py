@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from profscope.analysis.kernels import kernels_by_launch, kernels_by_name
 from profscope.analysis.payloads import query_of
 from profscope.api.csv_export import ResponseFormat
-from profscope.api.deps import get_trace
+from profscope.api.deps import IngestDep, StoreDep, get_trace
 from profscope.catalog import TraceFile
 from profscope.views.responses import Kernels
 from profscope.views.shared import TABLE_DOC, TableQuery, cached_view
@@ -26,13 +26,14 @@ router = APIRouter(prefix="/api", tags=["views"])
     summary="Kernels grouped by name, or by launch properties and op",
 )
 def kernels(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["kernel", "kernel_op"] = "kernel",
     query: TableQuery = Depends(),
     output: ResponseFormat = Depends(),
 ) -> Response:
-    return cached_view(request, trace, f"kernels.{group_by}", query.apply, output)
+    return cached_view(store, ingest, trace, f"kernels.{group_by}", query.apply, output)
 
 
 def applies(facts: RunFacts) -> str | None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 from profscope.analysis import snapshot_stacks as snapshot_queries
@@ -36,14 +36,25 @@ from profscope.analysis.snapshot_timeline import (
     default_timeline_view,
     is_default_request,
     timeline,
+    timeline_axis,
 )
 from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
-from profscope.api.deps import get_run, get_state, get_trace, json_response, payload_or_status
+from profscope.api.deps import (
+    IngestDep,
+    SettingsDep,
+    StoreDep,
+    get_run,
+    get_trace,
+    json_response,
+    payload_or_status,
+)
 from profscope.api.source import frame_links
 from profscope.catalog import Run, TraceFile
+from profscope.ingest.jobs import IngestManager
 from profscope.ingest.memory_log import MemoryLog
 from profscope.ingest.memory_log_job import MEMORY_LOG_VIEW
 from profscope.snapshot_tables import SnapshotTables
+from profscope.store import Store
 from profscope.tables import TraceTables
 from profscope.views.responses import (
     MemoryLogCurve,
@@ -92,7 +103,8 @@ def _window(start_us: float | None, end_us: float | None) -> None:
     summary="Profiler memory: devices, peaks, curve, memory events, per-op stats",
 )
 def profiler_memory(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     device: str | None = Query(None, description="CPU, GPU0, ...; default: the first GPU, else CPU"),
     start_us: float | None = Query(None, description="Window start, µs since the trace's first event"),
@@ -104,13 +116,12 @@ def profiler_memory(
     column's first, last, lowest and highest points. `events` and `stats` are limited to the window.
     `curve_reason` says why a device has no curve (its events carry no address or totals), else null."""
     _window(start_us, end_us)
-    state = get_state(request)
-    data, pending = payload_or_status(state, trace, "memory.attribution")
+    data, pending = payload_or_status(store, ingest, trace, "memory.attribution")
     if pending is not None:
         return pending
-    tables, records, attribution = state.store.loaded(
+    tables, records, attribution = store.loaded(
         ("profiler memory", trace.cache_key),
-        lambda: _load_profiler_memory(state.store.trace_tables(trace.cache_key), data),
+        lambda: _load_profiler_memory(store.trace_tables(trace.cache_key), data),
     )
     base = {**_ident(trace), "span": trace.span, "devices": records.names}
     if not records.names:
@@ -163,7 +174,6 @@ def _no_attribution(tables: TraceTables) -> MemoryAttribution:
 
 # ---- allocator snapshots -------------------------------------------------------------------------
 def get_snapshot(
-    request: Request,
     run: Run = Depends(get_run),
     worker: str | None = Query(None, description="Worker (rank) of the snapshot; default: the first"),
     snapshot: str | None = Query(None, description="Snapshot name (the file name without .pickle); default: first"),
@@ -175,17 +185,17 @@ def get_snapshot(
 
 
 def _snapshot_view(
-    request: Request,
+    store: Store,
+    ingest: IngestManager,
     snapshot: TraceFile,
     shape: Callable[[SnapshotTables, dict], dict],
     output: ResponseFormat | None = None,
 ) -> Response:
-    state = get_state(request)
-    data, pending = payload_or_status(state, snapshot, "snapshot.summary")
+    data, pending = payload_or_status(store, ingest, snapshot, "snapshot.summary")
     if pending is not None:
         return pending
     summary = orjson.loads(data)
-    tables = state.store.snapshot_tables(snapshot.cache_key)
+    tables = store.snapshot_tables(snapshot.cache_key)
     body = {**_ident(snapshot), "snapshot": snapshot.span, **shape(tables, summary)}
     return output.respond(body, f"{snapshot.run}-{snapshot.span}") if output else json_response(body)
 
@@ -212,8 +222,8 @@ MomentQuery = Query("peak", description="peak: live at the device's peak allocat
     responses=_STATUS_DOC,
     summary="Snapshot summary: devices, peaks, allocator settings",
 )
-def snapshot_summary(request: Request, snapshot: TraceFile = Depends(get_snapshot)) -> Response:
-    return _snapshot_view(request, snapshot, lambda tables, summary: summary)
+def snapshot_summary(store: StoreDep, ingest: IngestDep, snapshot: TraceFile = Depends(get_snapshot)) -> Response:
+    return _snapshot_view(store, ingest, snapshot, lambda tables, summary: summary)
 
 
 @router.get(
@@ -223,11 +233,20 @@ def snapshot_summary(request: Request, snapshot: TraceFile = Depends(get_snapsho
     summary="Active memory timeline, drawn at a size",
 )
 def snapshot_timeline(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     snapshot: TraceFile = Depends(get_snapshot),
     device: int | None = DeviceQuery,
-    start: float | None = Query(None, description="Window start on the x axis (µs since the first entry, or entry)"),
-    end: float | None = Query(None, description="Window end on the x axis"),
+    start_us: float | None = Query(
+        None, description="Window start, µs since the device's first entry (`axis` time_us)"
+    ),
+    end_us: float | None = Query(None, description="Window end, µs since the device's first entry (`axis` time_us)"),
+    start_entry: int | None = Query(None, ge=0, description="Window start, an entry index (`axis` entry: no times)"),
+    end_entry: int | None = Query(None, ge=0, description="Window end, an entry index (`axis` entry: no times)"),
+    start: float | None = Query(
+        None, deprecated=True, description="Old name of start_us or start_entry, as the axis is"
+    ),
+    end: float | None = Query(None, deprecated=True, description="Old name of end_us or end_entry, as the axis is"),
     width_px: int = Query(DEFAULT_WIDTH_PX, ge=10, le=8000, description="Plot width in pixels"),
     height_px: int = Query(DEFAULT_HEIGHT_PX, ge=10, le=8000, description="Plot height in pixels"),
     min_px: float = Query(DEFAULT_MIN_PX, gt=0, le=100, description="Allocations less tall than this (pixels) merge"),
@@ -235,22 +254,40 @@ def snapshot_timeline(
     """Bands: allocations at least `min_px` tall at this window and height, each with its bottom `y` (bytes)
     at the x positions where it moves; the rest is one "small allocations" band (`summarized`). The whole
     window at the default size (the page's first draw) is computed when the snapshot is read, and served
-    from the cache."""
-    _window(start, end)
-    state = get_state(request)
-    data, pending = payload_or_status(state, snapshot, "snapshot.summary")
+    from the cache. The window is in the unit of the device's `axis`: `start_us` / `end_us` with times,
+    `start_entry` / `end_entry` without (a snapshot recorded without times)."""
+    data, pending = payload_or_status(store, ingest, snapshot, "snapshot.summary")
     if pending is not None:
         return pending
     chosen = _device(orjson.loads(data), device)
+    by_unit = {"time_us": (start_us, end_us), "entry": (start_entry, end_entry)}
+    if any(value is not None for pair in by_unit.values() for value in pair):
+        axis = timeline_axis(store.snapshot_tables(snapshot.cache_key), chosen)
+        start, end = _window_on_axis(axis, by_unit, (start, end))
+    _window(start, end)
     if is_default_request(start, end, width_px, height_px, min_px):
-        cached = state.store.result(snapshot.cache_key, default_timeline_view(chosen))
+        cached = store.result(snapshot.cache_key, default_timeline_view(chosen))
         if cached is not None:
             return json_response({**_ident(snapshot), "snapshot": snapshot.span, **orjson.loads(cached)})
     return _snapshot_view(
-        request,
+        store,
+        ingest,
         snapshot,
         lambda tables, summary: timeline(tables, chosen, start, end, width_px, height_px, min_px=min_px),
     )
+
+
+def _window_on_axis(
+    axis: str, by_unit: dict[str, tuple[float | None, float | None]], old: tuple[float | None, float | None]
+) -> tuple[float | None, float | None]:
+    """The window in the axis's unit: its own names first, then the old ``start`` / ``end``; a window given in
+    the other unit is a 422 saying which names this timeline takes."""
+    names = {"time_us": "start_us / end_us", "entry": "start_entry / end_entry"}
+    for unit, pair in by_unit.items():
+        if unit != axis and any(value is not None for value in pair):
+            raise HTTPException(422, detail=f"this timeline's axis is {axis}: give its window as {names[axis]}")
+    start, end = by_unit[axis]
+    return (old[0] if start is None else start), (old[1] if end is None else end)
 
 
 @router.get(
@@ -260,9 +297,11 @@ def snapshot_timeline(
     summary="Allocator state: segments, blocks, fragmentation",
 )
 def snapshot_segments(
-    request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
+    store: StoreDep, ingest: IngestDep, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
 ) -> Response:
-    return _snapshot_view(request, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device)))
+    return _snapshot_view(
+        store, ingest, snapshot, lambda tables, summary: segment_state(tables, _device(summary, device))
+    )
 
 
 @router.get(
@@ -272,7 +311,8 @@ def snapshot_segments(
     summary="Largest allocations live at the peak (or at the end)",
 )
 def snapshot_top(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     snapshot: TraceFile = Depends(get_snapshot),
     device: int | None = DeviceQuery,
     moment: Moment = MomentQuery,
@@ -280,7 +320,8 @@ def snapshot_top(
     output: ResponseFormat = Depends(),
 ) -> Response:
     return _snapshot_view(
-        request,
+        store,
+        ingest,
         snapshot,
         lambda tables, summary: top_allocations(tables, _device(summary, device), moment, limit),
         output,
@@ -294,13 +335,14 @@ def snapshot_top(
     summary="Live bytes grouped by call stack (sunburst)",
 )
 def snapshot_stacks(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     snapshot: TraceFile = Depends(get_snapshot),
     device: int | None = DeviceQuery,
     moment: Moment = MomentQuery,
 ) -> Response:
     return _snapshot_view(
-        request, snapshot, lambda tables, summary: stack_tree(tables, _device(summary, device), moment)
+        store, ingest, snapshot, lambda tables, summary: stack_tree(tables, _device(summary, device), moment)
     )
 
 
@@ -311,10 +353,13 @@ def snapshot_stacks(
     summary="Out-of-memory moments: request, free memory, live",
 )
 def snapshot_oom(
-    request: Request, snapshot: TraceFile = Depends(get_snapshot), device: int | None = DeviceQuery
+    store: StoreDep,
+    ingest: IngestDep,
+    settings: SettingsDep,
+    snapshot: TraceFile = Depends(get_snapshot),
+    device: int | None = DeviceQuery,
 ) -> Response:
     """Each OOM's frames (Python frames when there are any, innermost first) carry jump-to-source links."""
-    settings = get_state(request).settings
 
     def shape(tables: SnapshotTables, summary: dict) -> dict:
         moments = oom_moments(tables, _device(summary, device))
@@ -324,7 +369,7 @@ def snapshot_oom(
             ]
         return moments
 
-    return _snapshot_view(request, snapshot, shape)
+    return _snapshot_view(store, ingest, snapshot, shape)
 
 
 @router.get(
@@ -334,13 +379,14 @@ def snapshot_oom(
     summary="One allocation with its whole call stack",
 )
 def snapshot_allocation(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
+    settings: SettingsDep,
     snapshot: TraceFile = Depends(get_snapshot),
     id: int = Query(..., ge=0, description="Allocation id (as in the timeline's bands and the top table)"),
     all_frames: bool = Query(False, description="Also the interpreter's and the allocator's own frames"),
 ) -> Response:
     """Frames innermost first, each with jump-to-source links when its file is under a source root."""
-    settings = get_state(request).settings
 
     def shape(tables: SnapshotTables, summary: dict) -> dict:
         if id >= tables.row_count("allocations"):
@@ -351,7 +397,7 @@ def snapshot_allocation(
             frames = [f for f in frames if f["filename"].endswith(".py")] or frames
         return {**row, "device": int(tables.table("allocations")["device"][id]), "frames": frames}
 
-    return _snapshot_view(request, snapshot, shape)
+    return _snapshot_view(store, ingest, snapshot, shape)
 
 
 def _linked(settings: Any, frame: dict[str, Any], snapshot: TraceFile) -> dict[str, Any]:
@@ -362,7 +408,6 @@ def _linked(settings: Any, frame: dict[str, Any], snapshot: TraceFile) -> dict[s
 
 # ---- InternLM memory.log ------------------------------------------------------------------------
 def get_memory_log(
-    request: Request,
     run: Run = Depends(get_run),
     worker: str | None = Query(None, description="Worker (rank folder) of the memory.log; default: the first"),
 ) -> TraceFile:
@@ -372,12 +417,13 @@ def get_memory_log(
     return found
 
 
-def _memory_log_view(request: Request, file: TraceFile, shape: Callable[[MemoryLog], dict]) -> Response:
-    state = get_state(request)
-    data, pending = payload_or_status(state, file, MEMORY_LOG_VIEW)
+def _memory_log_view(
+    store: Store, ingest: IngestManager, file: TraceFile, shape: Callable[[MemoryLog], dict]
+) -> Response:
+    data, pending = payload_or_status(store, ingest, file, MEMORY_LOG_VIEW)
     if pending is not None:
         return pending
-    log = state.store.loaded(("memory.log", file.cache_key), lambda: MemoryLog.from_json(orjson.loads(data)))
+    log = store.loaded(("memory.log", file.cache_key), lambda: MemoryLog.from_json(orjson.loads(data)))
     return json_response({**_ident(file), "log": file.span, **shape(log)})
 
 
@@ -388,7 +434,8 @@ def _memory_log_view(request: Request, file: TraceFile, shape: Callable[[MemoryL
     summary="InternLM memory.log: memory curve, by category, with peaks",
 )
 def memory_log(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     file: TraceFile = Depends(get_memory_log),
     start_us: float | None = Query(None, description="Window start, µs since the profiler started"),
     end_us: float | None = Query(None, description="Window end, µs since the profiler started"),
@@ -400,7 +447,7 @@ def memory_log(
     category's bytes at the same points; `sunbursts` the layer layouts `/api/memory/log/layers` can draw."""
     _window(start_us, end_us)
     return _memory_log_view(
-        request, file, lambda log: {**log_summary(log), **log_curve(log, start_us, end_us, width_px)}
+        store, ingest, file, lambda log: {**log_summary(log), **log_curve(log, start_us, end_us, width_px)}
     )
 
 
@@ -411,7 +458,8 @@ def memory_log(
     summary="InternLM memory.log: one category's bytes by layer",
 )
 def memory_log_layers(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     file: TraceFile = Depends(get_memory_log),
     category: Literal["params", "grads", "optimizer", "activations"] = Query(
         "params", description="params, grads, optimizer (its parameter copies and state) or activations"
@@ -427,7 +475,7 @@ def memory_log_layers(
             raise HTTPException(404, detail=f"this memory.log has no {wanted} yet")
         return tree
 
-    return _memory_log_view(request, file, shape)
+    return _memory_log_view(store, ingest, file, shape)
 
 
 VIEW = View(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from profscope.analysis.modules import module_view
 from profscope.analysis.payloads import query_of
-from profscope.api.deps import get_state, get_trace
+from profscope.api.deps import IngestDep, SettingsDep, StoreDep, get_trace
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
 from profscope.config import Settings
@@ -26,9 +26,10 @@ router = APIRouter(prefix="/api", tags=["views"])
     responses=STATUS_DOC,
     summary="Time by nn.Module (a tree, backward work attached to its module) and the model phases per step",
 )
-def modules(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    settings = get_state(request).settings
-    return cached_view(request, trace, "modules", lambda body: _with_source_links(body, settings))
+def modules(
+    store: StoreDep, ingest: IngestDep, settings: SettingsDep, trace: TraceFile = Depends(get_trace)
+) -> Response:
+    return cached_view(store, ingest, trace, "modules", lambda body: _with_source_links(body, settings))
 
 
 def _with_source_links(body: dict[str, Any], settings: Settings) -> dict[str, Any]:

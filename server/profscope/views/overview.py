@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import overview_for_step_range, overview_payload
 from profscope.analysis.payloads import query_of
 from profscope.api.csv_export import ResponseFormat
-from profscope.api.deps import get_state, get_trace, payload_or_status
+from profscope.api.deps import IngestDep, StoreDep, get_trace, payload_or_status
 from profscope.catalog import TraceFile
 from profscope.views.responses import Overview
 from profscope.views.shared import TABLE_DOC, cached_view, ident
@@ -26,7 +26,8 @@ OVERVIEW = query_of(overview_payload)
     summary="Step time breakdown, GPU summary, recommendations",
 )
 def overview(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     step_range: str | None = Query(
         None,
@@ -36,12 +37,10 @@ def overview(
     output: ResponseFormat = Depends(),
 ) -> Response:
     if step_range is None:
-        return cached_view(request, trace, OVERVIEW.name, lambda body: body, output)
-    state = get_state(request)
-    _, pending = payload_or_status(state, trace, OVERVIEW.name)  # the stored tables are there once it is
+        return cached_view(store, ingest, trace, OVERVIEW.name, lambda body: body, output)
+    _, pending = payload_or_status(store, ingest, trace, OVERVIEW.name)  # the stored tables are there once it is
     if pending is not None:
         return pending
-    store = state.store
     # kept per range name (and query version) among the store's loaded structures: a pick is computed once
     key = (OVERVIEW.stored_name, "step_range", trace.cache_key, step_range)
     try:

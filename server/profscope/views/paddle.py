@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from profscope.analysis.paddle_summary import paddle_summary_payload
 from profscope.analysis.payloads import query_of
-from profscope.api.deps import get_trace
+from profscope.api.deps import IngestDep, StoreDep, get_trace
 from profscope.catalog import TraceFile
 from profscope.views.responses import PaddleSummary
 from profscope.views.shared import STATUS_DOC, cached_view
@@ -28,7 +28,8 @@ TIME_UNITS_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
     summary="Paddle's summary tables: Overview, Model, Distribution, Operator, Kernel, Memory, UserDefined",
 )
 def paddle_summary(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     unit: Literal["s", "ms", "us", "ns"] = Query("ms", description="Time unit the page shows (times stay in ns)"),
 ) -> Response:
@@ -38,7 +39,7 @@ def paddle_summary(
     answer for a CPU-only trace: the trace is fine, it has no such table).
     """
     return cached_view(
-        request, trace, "paddle_summary", lambda body: {"unit": unit, "unit_ns": TIME_UNITS_NS[unit], **body}
+        store, ingest, trace, "paddle_summary", lambda body: {"unit": unit, "unit_ns": TIME_UNITS_NS[unit], **body}
     )
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from profscope.api.deps import get_run, get_state, get_trace, json_response
+from profscope.api.deps import IngestDep, ServerState, get_run, get_trace, json_response
 from profscope.catalog import Run, TraceFile
 from profscope.views.responses import IngestStatus, MovedRun, RunList, RunStatus
 from profscope.views.view import View, always
@@ -20,8 +20,7 @@ router = APIRouter(prefix="/api", tags=["runs"])
     description="A root whose listing fails keeps serving the runs of its last good listing: it has an `error` "
     "and `stale: true`, and recovers by itself at a later listing.",
 )
-def list_runs(request: Request) -> Response:
-    state = get_state(request)
+def list_runs(state: ServerState) -> Response:
     return json_response(
         {
             "runs": [state.run_status(run) for run in state.runs().values()],
@@ -37,8 +36,7 @@ def list_runs(request: Request) -> Response:
     description="Links written while several roots prefixed run names with the root's name (`root/folder`) "
     "lead to `folder`, and the other way round; else the one run whose last folder is the link's.",
 )
-def moved_run(request: Request, run: str = Query(..., description="The run name a link holds")) -> Response:
-    state = get_state(request)
+def moved_run(state: ServerState, run: str = Query(..., description="The run name a link holds")) -> Response:
     moved_to = run if state.run(run) is not None else state.moved_run(run)
     return json_response({"run": run, "moved_to": moved_to})
 
@@ -47,8 +45,8 @@ _NO_SUCH_RUN = {404: {"description": "No such run (or, for a retry, no such work
 
 
 @router.get("/run", response_model=RunStatus, responses=_NO_SUCH_RUN, summary="One run's status")
-def one_run(request: Request, run: Run = Depends(get_run)) -> Response:
-    return json_response(get_state(request).run_status(run))
+def one_run(state: ServerState, run: Run = Depends(get_run)) -> Response:
+    return json_response(state.run_status(run))
 
 
 @router.post(
@@ -58,10 +56,9 @@ def one_run(request: Request, run: Run = Depends(get_run)) -> Response:
     responses=_NO_SUCH_RUN,
     summary="Parse a trace again (after a fix or a transient storage failure)",
 )
-def retry(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    state = get_state(request)
-    state.ingest.retry(trace)
-    return json_response(state.ingest.state(trace).to_json(), status_code=202)
+def retry(ingest: IngestDep, trace: TraceFile = Depends(get_trace)) -> Response:
+    ingest.retry(trace)
+    return json_response(ingest.state(trace).to_json(), status_code=202)
 
 
 VIEW = View("runs", "Runs", router, applies=always, run_tab=False, path="/")

@@ -6,12 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi import Query, Request
+from fastapi import Query
 from fastapi.responses import Response
 
 from profscope.api.csv_export import CSV_RESPONSES, ResponseFormat
-from profscope.api.deps import get_state, json_response, payload_or_status
+from profscope.api.deps import json_response, payload_or_status
 from profscope.catalog import TraceFile
+from profscope.ingest.jobs import IngestManager
+from profscope.store import Store
 
 STATUS_DOC: dict[int | str, dict[str, Any]] = {
     202: {"description": "The trace is being parsed: `{state, progress, bytes_done, bytes_total}`; ask again."},
@@ -26,7 +28,8 @@ def ident(trace: TraceFile) -> dict[str, str]:
 
 
 def cached_view(
-    request: Request,
+    store: Store,
+    ingest: IngestManager,
     trace: TraceFile,
     query: str,
     shape: Callable[[Any], dict[str, Any]],
@@ -34,7 +37,7 @@ def cached_view(
 ) -> Response:
     """The cached result of ``query`` for ``trace`` passed through ``shape`` (as JSON, or one table as CSV with
     ``output``), or the 202 / 422 status while there is none."""
-    data, pending = payload_or_status(get_state(request), trace, query)
+    data, pending = payload_or_status(store, ingest, trace, query)
     if pending is not None:
         return pending
     body = {**ident(trace), **shape(orjson.loads(data))}

@@ -7,14 +7,16 @@ from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import Response
 
 from profscope.analysis import timeline
 from profscope.analysis.timeline_index import TimelineIndex
-from profscope.api.deps import get_state, get_trace, json_response, payload_or_status
+from profscope.api.deps import IngestDep, SettingsDep, StoreDep, get_trace, json_response, payload_or_status
 from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
+from profscope.ingest.jobs import IngestManager
+from profscope.store import Store
 from profscope.tables import TraceTables
 from profscope.views.responses import AreaSummary, SliceDetails, SliceSearch, TimelineWindow, TraceExport, TrackListing
 from profscope.views.shared import ident
@@ -32,19 +34,18 @@ MAX_WIDTH_PX = 16384
 DEFAULT_EXPORT_LIMIT = 1_000_000
 
 
-def _open(request: Request, trace: TraceFile) -> tuple[TraceTables, TimelineIndex] | Response:
-    state = get_state(request)
-    data, pending = payload_or_status(state, trace, "timeline")
+def _open(store: Store, ingest: IngestManager, trace: TraceFile) -> tuple[TraceTables, TimelineIndex] | Response:
+    data, pending = payload_or_status(store, ingest, trace, "timeline")
     if pending is not None:
         return pending
     marker = orjson.loads(data)
     if "error" in marker:
         return json_response({"error": marker["error"], "file": trace.key, "state": "error"}, status_code=422)
     try:
-        return state.store.trace_tables(trace.cache_key), state.store.timeline_index(trace.cache_key)
+        return store.trace_tables(trace.cache_key), store.timeline_index(trace.cache_key)
     except (OSError, ValueError, KeyError):  # the cache was removed under us: parse again
-        state.ingest.retry(trace)
-        _, pending = payload_or_status(state, trace, "timeline")
+        ingest.retry(trace)
+        _, pending = payload_or_status(store, ingest, trace, "timeline")
         return pending if pending is not None else json_response({"state": "queued"}, status_code=202)
 
 
@@ -77,8 +78,8 @@ TRACKS = Query(None, description="Comma-separated track ids (from /api/timeline/
     responses=_STATUS_DOC,
     summary="The trace's track groups and tracks, in display order",
 )
-def tracks(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
-    opened = _open(request, trace)
+def tracks(store: StoreDep, ingest: IngestDep, trace: TraceFile = Depends(get_trace)) -> Response:
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened
@@ -98,14 +99,15 @@ def tracks(request: Request, trace: TraceFile = Depends(get_trace)) -> Response:
     ),
 )
 def window(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     start_us: float | None = START,
     end_us: float | None = END,
     width_px: int = Query(1000, ge=1, le=MAX_WIDTH_PX, description="Width of the drawing in pixels"),
     tracks: str | None = TRACKS,
 ) -> Response:
-    opened = _open(request, trace)
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened
@@ -120,18 +122,19 @@ def window(
     summary="One slice: details, arguments, flows and Python stack",
 )
 def slice_details(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
+    settings: SettingsDep,
     trace: TraceFile = Depends(get_trace),
     id: int = Query(..., ge=0, description="Slice id, as given by /api/timeline"),
 ) -> Response:
-    opened = _open(request, trace)
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened
     if id >= tables.row_count("events"):
         raise HTTPException(status_code=404, detail=f"no slice {id} in {trace.key}")
     details = timeline.slice_details(tables, index, id)
-    settings = get_state(request).settings
     details["stack"] = [_frame(settings, frame, trace) for frame in details["stack"]]
     return json_response({**ident(trace), **details})
 
@@ -154,18 +157,17 @@ def _frame(settings: Any, frame: dict[str, Any], trace: TraceFile) -> dict[str, 
     summary="Slices whose name contains a text, in time order",
 )
 def search(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     q: str = Query(..., min_length=1, max_length=500, description="Text to find in slice names (case-insensitive)"),
     index: int = Query(0, description="Which match to return (0-based; wraps around)"),
 ) -> Response:
-    opened = _open(request, trace)
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, timeline_index = opened
-    rows = get_state(request).store.loaded(
-        ("search", trace.cache_key, q.lower()), lambda: timeline.search_rows(tables, q)
-    )
+    rows = store.loaded(("search", trace.cache_key, q.lower()), lambda: timeline.search_rows(tables, q))
     position = index % len(rows) if len(rows) else 0
     match = timeline.search_match(tables, timeline_index, rows, position)
     return json_response({**ident(trace), "q": q, "count": len(rows), "index": position, "match": match})
@@ -178,18 +180,20 @@ def search(
     summary="What runs in a time range: time per name and per track",
 )
 def summary(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
+    settings: SettingsDep,
     trace: TraceFile = Depends(get_trace),
     start_us: float | None = START,
     end_us: float | None = END,
     tracks: str | None = TRACKS,
 ) -> Response:
-    opened = _open(request, trace)
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened
     start, end = _window_ns(index, start_us, end_us)
-    _refuse_oversized_summary(index, start, end, _track_set(tracks), get_state(request).settings.max_summary_work)
+    _refuse_oversized_summary(index, start, end, _track_set(tracks), settings.max_summary_work)
     return json_response({**ident(trace), **timeline.area_summary(tables, index, start, end, _track_set(tracks))})
 
 
@@ -220,14 +224,15 @@ def _refuse_oversized_summary(
     summary="The slices of a time window as a Chrome trace file",
 )
 def export(
-    request: Request,
+    store: StoreDep,
+    ingest: IngestDep,
     trace: TraceFile = Depends(get_trace),
     start_us: float | None = START,
     end_us: float | None = END,
     tracks: str | None = TRACKS,
     limit: int = Query(DEFAULT_EXPORT_LIMIT, ge=1, le=10_000_000, description="At most this many slices"),
 ) -> Response:
-    opened = _open(request, trace)
+    opened = _open(store, ingest, trace)
     if isinstance(opened, Response):
         return opened
     tables, index = opened

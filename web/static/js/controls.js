@@ -47,9 +47,9 @@ export function bindSearchAndTop(state, updateUrl, { renderPies, renderRows }) {
     renderPies();
     renderRows();
   });
-  bindTop(state.top, (value) => {
-    state.top = value;
-    updateUrl({ top: value });
+  bindTop(state.pieTop, (value) => {
+    state.pieTop = value;
+    updateUrl({ pie_top: value }); // not the API's `top`, which cuts the table's rows
     renderPies();
   });
 }

@@ -3,6 +3,32 @@
 // incidental change (defaults written back, a debounced echo) replaces the current one; Back and
 // Forward then reload the page from the URL they land on, which restores that state.
 
+// Parameters renamed so that one meaning has one name on every page and in the API (docs/ARCHITECTURE.md,
+// "Parameter names"), by page path: old name -> new name. A link written before keeps working: its old
+// names are read once, here, before any page reads its state, and the URL is rewritten to the new ones.
+// (The Memory page's snapshot window, whose new name depends on the snapshot's axis, renames its own.)
+export const RENAMED_PARAMS = {
+  "/": { q: "search" },
+  "/operators": { shape: "input_shape", top: "pie_top" },
+  "/kernels": { top: "pie_top" },
+  "/distributed": { rsort: "ranks_sort", osort: "op_stats_sort", csort: "collectives_sort", gsort: "process_groups_sort" },
+  "/diff": { kernel_sort: "kernels_sort" },
+};
+
+function renameOldParams() {
+  const renamed = RENAMED_PARAMS[location.pathname];
+  if (!renamed) return;
+  const url = new URL(location.href);
+  for (const [old, name] of Object.entries(renamed)) {
+    if (!url.searchParams.has(old)) continue;
+    if (!url.searchParams.has(name)) url.searchParams.set(name, url.searchParams.get(old)); // the new name wins
+    url.searchParams.delete(old);
+  }
+  if (url.href !== location.href) history.replaceState(history.state, "", url);
+}
+
+renameOldParams();
+
 let shownSearch = location.search; // the query the page shows; a popstate to another one reloads
 
 window.addEventListener("popstate", () => {

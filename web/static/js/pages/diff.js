@@ -34,7 +34,7 @@ const state = {
   treePath: params.getAll("tree_path"),
   search: params.get("search") || "",
   sort: params.get("sort") || null,
-  kernelSort: params.get("kernel_sort") || null,
+  kernelsSort: params.get("kernels_sort") || null,
 };
 let selection = null;
 let controller = null;
@@ -242,6 +242,9 @@ function searched(rows) {
   return rows.filter((r) => r.name.toLowerCase().includes(needle) || String(r.operator || "").toLowerCase().includes(needle));
 }
 
+// The URL parameter of each table's sort (docs/ARCHITECTURE.md, "Parameter names")
+const SORT_PARAMS = { sort: "sort", kernelsSort: "kernels_sort" };
+
 function renderComparisonTable(target, { rows, sortKey, columns, testid, empty }) {
   const sort = state[sortKey];
   const shown = sortRows(searched(rows), sort);
@@ -253,7 +256,7 @@ function renderComparisonTable(target, { rows, sortKey, columns, testid, empty }
     rows: shown, sort, wide: true, testid, columns,
     onSort: (next) => {
       state[sortKey] = next;
-      updateUrl({ [sortKey]: next });
+      updateUrl({ [SORT_PARAMS[sortKey]]: next });
       renderComparisonTable(target, { rows, sortKey, columns, testid, empty });
     },
   });
@@ -360,7 +363,7 @@ function render() {
   );
   const tables = () => {
     renderComparisonTable(operatorTable, { rows: body.operators, sortKey: "sort", columns: operatorColumns(), testid: "diff-operators-table", empty: "Neither trace has operators." });
-    renderComparisonTable(kernelTable, { rows: body.kernels, sortKey: "kernelSort", columns: kernelColumns(), testid: "diff-kernels-table", empty: "Neither trace ran GPU kernels." });
+    renderComparisonTable(kernelTable, { rows: body.kernels, sortKey: "kernelsSort", columns: kernelColumns(), testid: "diff-kernels-table", empty: "Neither trace ran GPU kernels." });
   };
   search.addEventListener("input", debounce(() => { state.search = search.value.trim(); updateUrl({ search: state.search }); tables(); }, 200));
   renderWaterfall(chart, body.steps);

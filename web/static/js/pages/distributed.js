@@ -46,10 +46,11 @@ const RANK_COLOR = "#4e79a7";
 const params = readParams();
 const state = {
   step: params.step || "",
-  sorts: { ranks: params.rsort || "rank", ops: params.osort || "-total_latency_us",
-    colls: params.csort || "-lost_us", groups: params.gsort || "-total_us" },
+  sorts: { ranks: params.ranks_sort || "rank", ops: params.op_stats_sort || "-total_latency_us",
+    colls: params.collectives_sort || "-lost_us", groups: params.process_groups_sort || "-total_us" },
 };
-const SORT_PARAMS = { ranks: "rsort", ops: "osort", colls: "csort", groups: "gsort" };
+// Each table's sort is "<its key in /api/distributed>_sort" (docs/ARCHITECTURE.md, "Parameter names")
+const SORT_PARAMS = { ranks: "ranks_sort", ops: "op_stats_sort", colls: "collectives_sort", groups: "process_groups_sort" };
 
 const rankLabel = (r) => `rank ${r.rank}`;
 

@@ -49,7 +49,7 @@ const state = {
   groupBy: GROUPS.includes(params.group_by) ? params.group_by : "kernel",
   search: params.search || "",
   sort: params.sort || null,
-  top: parseTop(params.top),
+  pieTop: parseTop(params.pie_top),
 };
 
 let selection = null;
@@ -82,8 +82,8 @@ function kernelSlices(rows) {
   const totals = new Map();
   for (const row of rows) totals.set(row.name, (totals.get(row.name) || 0) + (row.total_us || 0));
   const sorted = [...totals.entries()].filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
-  const slices = sorted.slice(0, state.top).map(([name, value]) => ({ label: name, value, key: name }));
-  const rest = sorted.slice(state.top);
+  const slices = sorted.slice(0, state.pieTop).map(([name, value]) => ({ label: name, value, key: name }));
+  const rest = sorted.slice(state.pieTop);
   if (rest.length) {
     slices.push({ label: `Other (${rest.length})`, value: rest.reduce((s, [, v]) => s + v, 0), color: "#d5d9df" });
   }
@@ -102,7 +102,7 @@ function renderPies() {
     el(
       "section",
       { class: "panel pie-panel", "data-testid": "pie-kernels" },
-      el("h2", {}, "Total Time of Kernels", el("span", { class: "sub", text: `top ${state.top} + other` })),
+      el("h2", {}, "Total Time of Kernels", el("span", { class: "sub", text: `top ${state.pieTop} + other` })),
       el("div", { id: "pie-kernels" }),
     ),
     el(

@@ -329,11 +329,23 @@ const TOP_COLUMNS = [
   { key: "top_frames", label: "Where (innermost Python frames)", cls: "frames", format: (v) => (v && v.length ? v.slice(0, 2).map(shortFrame).join("\n") : DASH) },
 ];
 
+// The names of a snapshot timeline's window, by the timeline's axis (as /api/memory/snapshot/timeline's)
+const WINDOW_NAMES = { time_us: ["start_us", "end_us"], entry: ["start_entry", "end_entry"] };
+const OLD_WINDOW_NAMES = ["start", "end"];
+
 class SnapshotMemory {
   constructor(ident) {
     this.ident = ident;
     this.device = numberOrNull(params.device);
-    this.window = { start: numberOrNull(params.start), end: numberOrNull(params.end) };
+    // The window on the timeline's x axis, named for its unit as in the API: start_us / end_us (µs since the
+    // device's first entry) or start_entry / end_entry (entry indexes: a snapshot without times). Links
+    // from before said start / end for either: read once, then renamed once the axis is known.
+    this.window = {
+      start: numberOrNull(params.start_us ?? params.start_entry ?? params.start),
+      end: numberOrNull(params.end_us ?? params.end_entry ?? params.end),
+    };
+    this.windowNames = params.start_us !== undefined || params.end_us !== undefined ? WINDOW_NAMES.time_us
+      : params.start_entry !== undefined || params.end_entry !== undefined ? WINDOW_NAMES.entry : OLD_WINDOW_NAMES;
     this.moment = params.moment === "end" ? "end" : "peak";
     this.pinned = numberOrNull(params.allocation);
   }
@@ -424,7 +436,7 @@ class SnapshotMemory {
     this.device = device;
     this.openOnOom = false;
     this.window = { start: null, end: null };
-    updateUrl({ device, start: null, end: null, allocation: null });
+    updateUrl({ device, ...this.windowUrl(null, null, WINDOW_NAMES.time_us), allocation: null });
     this.render();
   }
 
@@ -466,7 +478,8 @@ class SnapshotMemory {
     // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
     const whole = this.window.start === null && this.window.end === null;
     const size = whole ? {} : { width_px: Math.max(300, Math.round(this.timelineEl.clientWidth || 1100)), height_px: height - 60 };
-    const url = withQuery("/api/memory/snapshot/timeline", this.q({ start: this.window.start, end: this.window.end, ...size }));
+    const [startName, endName] = this.windowNames;
+    const url = withQuery("/api/memory/snapshot/timeline", this.q({ [startName]: this.window.start, [endName]: this.window.end, ...size }));
     setJsonLink(url);
     let data;
     try {
@@ -476,6 +489,10 @@ class SnapshotMemory {
       return;
     }
     this.timeline = data;
+    if (this.windowNames !== WINDOW_NAMES[data.axis]) { // an old link's start / end, or another device's axis
+      this.windowNames = WINDOW_NAMES[data.axis];
+      updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames));
+    }
     const axisLabel = data.axis === "time_us" ? "time since the first trace entry" : "trace entry (the snapshot records no times)";
     this.timelineNote.textContent =
       `${fmtInt(data.bands_shown)} allocations drawn one by one (each \u2265 ${fmtBytes(data.bytes_per_px)} per pixel), ` +
@@ -520,7 +537,7 @@ class SnapshotMemory {
             const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
             this.window = { start: range[0], end: range[1] };
           }
-          updateUrl({ start: this.window.start === null ? null : this.window.start.toFixed(1), end: this.window.end === null ? null : this.window.end.toFixed(1) });
+          updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames));
           this.loadTimeline();
         });
         chart.addEventListener("mousemove", (event) => this.hover(event));
@@ -531,6 +548,14 @@ class SnapshotMemory {
         });
       }
     });
+  }
+
+  /** URL parameters of a window on the timeline: ``names`` set (entries as whole indexes), the others removed. */
+  windowUrl(start, end, names) {
+    const cleared = Object.fromEntries([...Object.values(WINDOW_NAMES).flat(), ...OLD_WINDOW_NAMES].map((name) => [name, null]));
+    const entries = names === WINDOW_NAMES.entry;
+    const shown = (value, round) => (value === null ? null : entries ? String(round(value)) : value.toFixed(1));
+    return { ...cleared, [names[0]]: shown(start, Math.floor), [names[1]]: shown(end, Math.ceil) };
   }
 
   /** A red line where this device first ran out of memory (timelines with times only). */

@@ -52,9 +52,9 @@ const state = {
   groupBy: GROUPS.includes(params.group_by) ? params.group_by : "operator",
   search: params.search || "",
   sort: params.sort || null,
-  top: parseTop(params.top),
+  pieTop: parseTop(params.pie_top),
   stack: params.stack ?? null,
-  shape: params.shape ?? null,
+  shape: params.input_shape ?? null,
 };
 
 let selection = null;
@@ -173,7 +173,7 @@ function toggle(row) {
   const open = rowKey(row) === expandedKey();
   state.stack = open ? null : row.name;
   state.shape = open || !byShape() ? null : row.input_shape || "";
-  updateUrl({ stack: state.stack, shape: state.shape }, { push: true });
+  updateUrl({ stack: state.stack, input_shape: state.shape }, { push: true });
   renderRows();
 }
 
@@ -195,14 +195,14 @@ function renderPies() {
       el(
         "section",
         { class: "panel pie-panel", "data-testid": `pie-${pie.key}` },
-        el("h2", {}, pie.title, el("span", { class: "sub", text: `top ${state.top}${pie.withOther ? " + other" : ""}` })),
+        el("h2", {}, pie.title, el("span", { class: "sub", text: `top ${state.pieTop}${pie.withOther ? " + other" : ""}` })),
         el("div", { id: `pie-${pie.key}` }),
       ),
     ),
   );
   for (const pie of shown) {
     renderPie(byId(`pie-${pie.key}`), {
-      slices: topSlices(rows, pie.key, state.top, { label: rowLabel, key: rowKey, withOther: pie.withOther }),
+      slices: topSlices(rows, pie.key, state.pieTop, { label: rowLabel, key: rowKey, withOther: pie.withOther }),
       onSelect: (slice) => selectRow(slice.key),
       emptyText: state.search ? "No operator matches the search." : "No time recorded.",
     });
@@ -289,7 +289,7 @@ async function main() {
     state.groupBy = value;
     state.stack = state.shape = null;
     if (state.sort && state.sort.replace(/^-/, "") === "input_shape" && value === "operator") state.sort = null;
-    updateUrl({ group_by: value, stack: null, shape: null, sort: state.sort }, { push: true });
+    updateUrl({ group_by: value, stack: null, input_shape: null, sort: state.sort }, { push: true });
     load();
   });
   bindSearchAndTop(state, updateUrl, { renderPies, renderRows });

@@ -205,7 +205,7 @@ function rootError(root) {
 }
 
 function render() {
-  const filter = (readParams().q || "").toLowerCase();
+  const filter = (readParams().search || "").toLowerCase();
   const runs = data.runs || [];
   const roots = data.roots || [];
 
@@ -275,11 +275,11 @@ async function poll() {
 function main() {
   updateNavLinks(null);
   const filterInput = byId("run-filter");
-  filterInput.value = readParams().q || "";
+  filterInput.value = readParams().search || "";
   filterInput.addEventListener(
     "input",
     debounce(() => {
-      updateUrl({ q: filterInput.value.trim() });
+      updateUrl({ search: filterInput.value.trim() });
       if (data) render();
     }, 150),
   );
