@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import Response
 
 from profscope.analysis.callstacks import stacks_by_name, stacks_by_name_and_shape
+from profscope.analysis.module_operators import module_operator_table, operators_by_module
 from profscope.analysis.operators import operators_by_name, operators_by_name_and_shape
 from profscope.analysis.payloads import query_of
 from profscope.api.csv_export import ResponseFormat
@@ -31,10 +32,24 @@ def operators(
     request: Request,
     trace: TraceFile = Depends(get_trace),
     group_by: Literal["operator", "operator_input_shape"] = "operator",
+    module: int | None = Query(
+        None, ge=0, description="Only the calls of this module (an `id` of /api/modules) and its submodules"
+    ),
     query: TableQuery = Depends(),
     output: ResponseFormat = Depends(),
 ) -> Response:
-    return cached_view(request, trace, f"operators.{group_by}", query.apply, output)
+    if module is None:
+        return cached_view(request, trace, f"operators.{group_by}", query.apply, output)
+
+    def of_module(stored: dict[str, Any]) -> dict[str, Any]:
+        if not stored["applies"]:
+            raise HTTPException(404, f"No module {module} in {trace.key}: {stored['reason']}")
+        table = module_operator_table(stored, module, group_by)
+        if table is None:
+            raise HTTPException(404, f"No module {module} in {trace.key}: see /api/modules for its module ids")
+        return query.apply(table)
+
+    return cached_view(request, trace, "operators.modules", of_module, output)
 
 
 @router.get(
@@ -69,6 +84,12 @@ VIEW = View(
     router,
     queries=tuple(
         query_of(function)
-        for function in (operators_by_name, operators_by_name_and_shape, stacks_by_name, stacks_by_name_and_shape)
+        for function in (
+            operators_by_name,
+            operators_by_name_and_shape,
+            stacks_by_name,
+            stacks_by_name_and_shape,
+            operators_by_module,
+        )
     ),
 )

@@ -266,7 +266,7 @@ function traceLink(row) {
 }
 
 function pageLink(page, name) {
-  return withQuery(`/${page}`, { ...apiQuery(), search: name });
+  return withQuery(`/${page}`, { ...apiQuery(), module: page === "operators" ? state.module : null, search: name });
 }
 
 function namedTable(testid, rows, columns, page) {
@@ -300,7 +300,8 @@ function renderDetail() {
       frame && frame.href ? el("a", { href: frame.href, "data-testid": "module-source-link", title: frame.text, text: `Source: ${frame.path}:${frame.line}` }) : el("span", { text: frame ? `Source: ${frame.text}` : "No source frame" }),
       frame && frame.external ? [" \u00b7 ", el("a", { href: frame.external, text: "open externally" })] : null,
       " \u00b7 ",
-      el("a", { href: withQuery("/operators", apiQuery()), text: "Operator view" }),
+      el("a", { href: withQuery("/operators", { ...apiQuery(), module: row.id }), "data-testid": "module-operators-link",
+        title: "The Operator view of the calls of this module and its submodules, forward and backward", text: "Operators of this module" }),
     ),
     el("div", { class: "grid", style: { gridTemplateColumns: "repeat(auto-fit, minmax(380px, 1fr))" } },
       el("div", {}, el("h3", { text: "Top operators (module and submodules)" }),

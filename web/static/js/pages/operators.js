@@ -55,12 +55,14 @@ const state = {
   top: parseTop(params.top),
   stack: params.stack ?? null,
   shape: params.shape ?? null,
+  module: /^\d+$/.test(params.module || "") ? params.module : null, // an id of /api/modules (docs/definitions.md §14.3)
 };
 
 let selection = null;
 let allRows = [];
 let accounting = null;
 let emptyReason = null; // why the trace has no operators, when the server knows
+let moduleShown = null; // the module the rows are filtered to: {id, name, type, path}
 let controller = null;
 let table = null;
 const stackCache = new Map();
@@ -82,7 +84,7 @@ function filteredRows() {
 }
 
 function apiQuery(extra = {}) {
-  return { run: selection.run, worker: selection.worker, span: selection.span, group_by: state.groupBy, ...extra };
+  return { run: selection.run, worker: selection.worker, span: selection.span, group_by: state.groupBy, module: state.module, ...extra };
 }
 
 function updateJsonLink() {
@@ -112,6 +114,9 @@ function metric(label, value) {
 }
 
 function renderStacks(target, stacks) {
+  const scope = state.module !== null
+    ? el("div", { class: "muted", text: "Call stacks of all calls of this operator, not only the module's." })
+    : null;
   if (!stacks.length) {
     clear(target, el("p", { class: "muted", "data-testid": "no-stack", text: "No call stack recorded for this operator (profile with with_stack=True)." }));
     return;
@@ -121,6 +126,7 @@ function renderStacks(target, stacks) {
     el(
       "div",
       { class: "stacks", "data-testid": "stacks" },
+      scope,
       el("div", { class: "muted", text: `${stacks.length} distinct call stack${stacks.length === 1 ? "" : "s"} (innermost frame first)` }),
       stacks.map((stack, i) => {
         const caller = callerFrame(stack.frames);
@@ -147,6 +153,7 @@ function renderStacks(target, stacks) {
 function stacksUrl(row) {
   const query = new URLSearchParams(apiQuery());
   query.delete("group_by");
+  query.delete("module"); // call stacks are not filtered by module
   query.set("name", row.name);
   if (byShape()) query.set("input_shape", row.input_shape || "");
   return `/api/operators/stacks?${query}`;
@@ -226,6 +233,23 @@ function renderRows() {
   updateJsonLink();
 }
 
+/** The module filter as a removable chip: "Module: <path> ×". */
+function renderModuleChip() {
+  byId("module-chip")?.remove();
+  if (!moduleShown) return;
+  byId("controls").prepend(
+    el("span", { class: "chip filter-chip", id: "module-chip", "data-testid": "module-chip", title: `${moduleShown.type}: ${moduleShown.path}` },
+      `Module: ${moduleShown.path}`,
+      el("button", { type: "button", class: "chip-remove", "data-testid": "module-chip-remove", "aria-label": "Show all operators, not only this module's", title: "Remove the module filter",
+        onclick: () => {
+          state.module = null;
+          moduleShown = null;
+          state.stack = state.shape = null;
+          updateUrl({ module: null, stack: null, shape: null }, { push: true });
+          load();
+        } }, "\u00d7")));
+}
+
 /** Where the rows' self times come from, so that they can be seen to add up (docs/definitions.md). */
 function renderAccounting() {
   byId("accounting")?.remove();
@@ -269,12 +293,14 @@ async function load() {
     allRows = data.rows || [];
     accounting = data.accounting || null;
     emptyReason = data.empty_reason || null;
+    moduleShown = data.module || null;
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
     return;
   }
   byId("controls").hidden = false;
   byId("table-panel").hidden = false;
+  renderModuleChip();
   renderPies();
   renderRows();
   renderAccounting();
