@@ -111,3 +111,50 @@ def test_a_trace_without_modules_says_how_to_record_them(page, modules_server):
     assert "with_modules=True" in empty.inner_text() and "with_stack=True" in empty.inner_text()
     assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 1  # it has ProfilerSteps
     screenshot(page, "modules-resnet-none")
+
+
+def test_operators_of_a_module_as_a_removable_filter_kept_in_the_url(page, modules_server):
+    """Module page -> a module -> "Operators of this module": the Operator table of its calls with a chip naming
+    the module; a reload keeps it; removing the chip shows every operator again."""
+    _, api = get_json(f"{modules_server}/api/modules?run=bert_h100")
+    root = api["modules"][0]
+    model = next(c for c in root["children"] if c["name"] == "BertModel_0")
+    encoder = next(c for c in model["children"] if c["name"] == "BertEncoder_0")
+    _, filtered = get_json(f"{modules_server}/api/operators?run=bert_h100&module={encoder['id']}")
+    _, everything = get_json(f"{modules_server}/api/operators?run=bert_h100")
+    assert 0 < filtered["total_rows"] < everything["total_rows"]
+
+    page.goto(f"{modules_server}/modules?run=bert_h100")
+    page.get_by_test_id(f"toggle-{root['id']}").click()
+    page.get_by_test_id(f"toggle-{model['id']}").click()
+    page.locator(f'tr[data-testid="module-row"][data-id="{encoder["id"]}"]').click()
+    page.get_by_test_id("module-operators-link").click()
+    page.wait_for_url("**/operators?**")
+    assert query_of(page.url)["module"] == str(encoder["id"])
+
+    def shown_rows() -> list[str]:
+        page.get_by_test_id("operators-table").wait_for()
+        return page.get_by_test_id("operators-table").locator("tbody tr[data-key]").evaluate_all(
+            "rows => rows.map(r => r.dataset.key)"
+        )
+
+    chip = page.get_by_test_id("module-chip")
+    chip.wait_for()
+    assert chip.inner_text().startswith("Module: BertLMHeadModel_0 \u203a BertModel_0 \u203a BertEncoder_0")
+    assert shown_rows() == [row["name"] for row in filtered["rows"]]
+    screenshot(page, "operators-of-module")
+
+    page.reload()
+    chip.wait_for()
+    assert shown_rows() == [row["name"] for row in filtered["rows"]]
+    assert query_of(page.url)["module"] == str(encoder["id"])
+
+    page.get_by_test_id("module-chip-remove").click()
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('module')")
+    page.wait_for_function(
+        "(count) => document.querySelectorAll('[data-testid=operators-table] tbody tr[data-key]').length === count",
+        arg=everything["total_rows"],
+    )
+    assert chip.count() == 0
+    assert shown_rows() == [row["name"] for row in everything["rows"]]
+    screenshot(page, "operators-module-chip-removed")

@@ -259,7 +259,8 @@ function renderAccounting() {
     ? [
         el("dt", { text: "Device" }),
         el("dd", { "data-testid": "accounting-device",
-          text: `all kernels, memcpys and memsets ${fmtUs(a.device_total_us)} µs = device self time of the ` +
+          text: `${moduleShown ? "the kernels, memcpys and memsets launched in the module" : "all kernels, memcpys and memsets"} ` +
+            `${fmtUs(a.device_total_us)} µs = device self time of the ` +
             `operators ${fmtUs(a.device_self_us)} µs + launched outside any operator (unattributed) ` +
             `${fmtUs(a.device_unattributed_us)} µs` }),
       ]
@@ -270,7 +271,7 @@ function renderAccounting() {
       el("dl", {},
         el("dt", { text: "Host" }),
         el("dd", { "data-testid": "accounting-host",
-          text: `time inside operators ${fmtUs(a.host_in_operators_us)} µs = host self time of the operators ` +
+          text: `time inside ${moduleShown ? "the module's " : ""}operators ${fmtUs(a.host_in_operators_us)} µs = host self time of the operators ` +
             `${fmtUs(a.host_self_us)} µs + runtime calls they made ${fmtUs(a.host_runtime_in_operators_us)} µs. ` +
             "Annotations (record_function, nccl:*) and steps are not rows: their time belongs to the operator " +
             "around them, or to no operator." }),
