@@ -21,6 +21,7 @@ from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
 from profscope.analysis.context import TraceContext
+from profscope.analysis.paddle_summary import model_summary_of_phases
 from profscope.analysis.payloads import payload
 from profscope.analysis.phases import covers_on_thread, model_phases, phase_rows
 from profscope.tables import NO_ID, Kind, TraceTables
@@ -559,9 +560,9 @@ def _module_frames(
     return frames
 
 
-@payload("modules", version=1)
+@payload("modules", version=2)
 def module_view(context: TraceContext) -> dict[str, Any]:
-    """The Module page: the module tree and the model phases of every step."""
-    return module_tree(context.tables, context.tree) | {
-        "phases": model_phases(context.tables, context.tree, context.steps)
-    }
+    """The Module page: the module tree, the model phases of every step and their Model Summary (Paddle's table)."""
+    phases = model_phases(context.tables, context.tree, context.steps)
+    phases["model_summary"] = model_summary_of_phases(phases["steps"])
+    return module_tree(context.tables, context.tree) | {"phases": phases}

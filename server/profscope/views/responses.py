@@ -222,6 +222,7 @@ class Phases(Strict):
     reason: str | None
     steps: list[PhaseTimes]
     average: PhaseTimes | None
+    model_summary: list[PaddleRow]  # Paddle's Model Summary of these steps (docs/definitions.md §14.4)
 
 
 class Modules(TraceIdent):
