@@ -247,3 +247,18 @@ def test_an_unknown_module_or_a_trace_without_modules_is_a_clear_404(server: str
     assert negative.status_code == 422
     still = httpx.get(f"{server}/api/operators", params={"run": "training"}, timeout=30)
     assert still.status_code == 200  # the server and the unfiltered table are fine
+
+
+def test_a_failed_query_answers_422_for_that_file_alone() -> None:
+    """A file on which the query failed (its stored result is ``{error}``, see ``Query.compute``) says so."""
+    from fastapi import HTTPException
+
+    from profscope.catalog import TraceFile
+    from profscope.sources.base import ObjectInfo
+    from profscope.views.operators import _module_table
+
+    trace = TraceFile("file:///traces", ObjectInfo("run/worker0.pt.trace.json", 10, "1"), "run", "worker0", "default")
+    with pytest.raises(HTTPException) as raised:
+        _module_table({"error": "ValueError: broken"}, trace, 0, "operator")
+    assert raised.value.status_code == 422 and "run/worker0.pt.trace.json" in raised.value.detail
+    assert "ValueError: broken" in raised.value.detail

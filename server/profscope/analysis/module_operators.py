@@ -15,7 +15,7 @@ import numpy as np
 from profscope.analysis.arrays import depths, group_ids, lookup
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
-from profscope.analysis.modules import HOW_TO_RECORD, ModuleRows, find_module_rows, operator_owners
+from profscope.analysis.modules import HOW_TO_RECORD, ModuleRows, module_rows, operator_owners
 from profscope.analysis.operators import NS_PER_US, SUMMED_NS, op_column, rows_from_sums
 from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, TraceTables
@@ -27,7 +27,7 @@ PATH_SEPARATOR = " \u203a "
 def operators_by_module(context: TraceContext) -> dict[str, Any]:
     """Per module row: its own operator calls by (name, input shape), and its own share of the time accounting."""
     tables, tree = context.tables, context.tree
-    modules = find_module_rows(tables)
+    modules = module_rows(context)
     if modules is None:
         return {"applies": False, "reason": HOW_TO_RECORD, "modules": [], "rows": {}, "accounting": {}}
     owner = operator_owners(tables, tree, modules)

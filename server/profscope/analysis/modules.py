@@ -240,9 +240,8 @@ def operator_owners(tables: TraceTables, tree: CallTree, modules: ModuleRows) ->
     return np.where(~in_recomputation & (backward_owner >= 0), backward_owner, owner)
 
 
-def module_tree(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
+def module_tree(tables: TraceTables, tree: CallTree, modules: ModuleRows | None) -> dict[str, Any]:
     """The module rows (a forest, each with ``children``), or ``applies: False`` and how to record modules."""
-    modules = find_module_rows(tables)
     if modules is None:
         return {"applies": False, "reason": HOW_TO_RECORD, "source": None, "modules": []}
     occurrences, group, parent_group = modules.occurrences, modules.group, modules.parent
@@ -565,4 +564,9 @@ def module_view(context: TraceContext) -> dict[str, Any]:
     """The Module page: the module tree, the model phases of every step and their Model Summary (Paddle's table)."""
     phases = model_phases(context.tables, context.tree, context.steps)
     phases["model_summary"] = model_summary_of_phases(phases["steps"])
-    return module_tree(context.tables, context.tree) | {"phases": phases}
+    return module_tree(context.tables, context.tree, module_rows(context)) | {"phases": phases}
+
+
+def module_rows(context: TraceContext) -> ModuleRows | None:
+    """The module rows of a trace, found once for every query that needs them."""
+    return context.memo("module_rows", lambda: find_module_rows(context.tables))

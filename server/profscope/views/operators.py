@@ -40,16 +40,25 @@ def operators(
 ) -> Response:
     if module is None:
         return cached_view(request, trace, f"operators.{group_by}", query.apply, output)
+    return cached_view(
+        request,
+        trace,
+        "operators.modules",
+        lambda stored: query.apply(_module_table(stored, trace, module, group_by)),
+        output,
+    )
 
-    def of_module(stored: dict[str, Any]) -> dict[str, Any]:
-        if not stored["applies"]:
-            raise HTTPException(404, f"No module {module} in {trace.key}: {stored['reason']}")
-        table = module_operator_table(stored, module, group_by)
-        if table is None:
-            raise HTTPException(404, f"No module {module} in {trace.key}: see /api/modules for its module ids")
-        return query.apply(table)
 
-    return cached_view(request, trace, "operators.modules", of_module, output)
+def _module_table(stored: dict[str, Any], trace: TraceFile, module: int, group_by: str) -> dict[str, Any]:
+    """The table of one module's calls (``docs/definitions.md`` §14.3); 404 for a module the trace does not have."""
+    if "error" in stored:  # the query failed on this file (Query.compute): the other views still answer
+        raise HTTPException(422, f"The operators by module of {trace.key} could not be computed: {stored['error']}")
+    if not stored["applies"]:
+        raise HTTPException(404, f"No module {module} in {trace.key}: {stored['reason']}")
+    table = module_operator_table(stored, module, group_by)
+    if table is None:
+        raise HTTPException(404, f"No module {module} in {trace.key}: see /api/modules for its module ids")
+    return table
 
 
 @router.get(
