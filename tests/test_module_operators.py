@@ -10,14 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
+from fastapi import HTTPException
 
 from conftest import corpus_file
 from profscope.analysis.context import TraceContext
 from profscope.analysis.module_operators import module_operator_table, operators_by_module
 from profscope.analysis.modules import TOP_ROWS, module_view
 from profscope.analysis.operators import operators_by_name
+from profscope.catalog import TraceFile
 from profscope.ingest.kineto import parse_trace_file
+from profscope.sources.base import ObjectInfo
+from profscope.views.operators import _module_table
 from serving import running_server, wait_for
 from test_modules import BERT_H100, RECORDED, RESNET, RawModules, _events, _flatten
 
@@ -29,8 +34,6 @@ NOT_ROWS = ("ProfilerStep#", "Optimizer.", "enumerate(DataLoader)")
 
 def _computed(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The Module view, the stored query of module operators (through JSON, as served) and the unfiltered table."""
-    import orjson
-
     context = TraceContext(parse_trace_file(path))
     stored = orjson.loads(orjson.dumps(operators_by_module(context)))
     return module_view(context), stored, operators_by_name(context)
@@ -251,12 +254,6 @@ def test_an_unknown_module_or_a_trace_without_modules_is_a_clear_404(server: str
 
 def test_a_failed_query_answers_422_for_that_file_alone() -> None:
     """A file on which the query failed (its stored result is ``{error}``, see ``Query.compute``) says so."""
-    from fastapi import HTTPException
-
-    from profscope.catalog import TraceFile
-    from profscope.sources.base import ObjectInfo
-    from profscope.views.operators import _module_table
-
     trace = TraceFile("file:///traces", ObjectInfo("run/worker0.pt.trace.json", 10, "1"), "run", "worker0", "default")
     with pytest.raises(HTTPException) as raised:
         _module_table({"error": "ValueError: broken"}, trace, 0, "operator")
