@@ -15,14 +15,20 @@ import pytest
 from fastapi import HTTPException
 
 from conftest import corpus_file
+from profscope.analysis.callstacks import MAX_STACKS_PER_OPERATOR, stacks_by_name
 from profscope.analysis.context import TraceContext
-from profscope.analysis.module_operators import module_operator_table, operators_by_module
+from profscope.analysis.module_operators import (
+    module_operator_table,
+    module_stacks,
+    operators_by_module,
+    stacks_by_module,
+)
 from profscope.analysis.modules import TOP_ROWS, module_view
 from profscope.analysis.operators import operators_by_name
 from profscope.catalog import TraceFile
 from profscope.ingest.kineto import parse_trace_file
 from profscope.sources.base import ObjectInfo
-from profscope.views.operators import _module_table
+from profscope.views.operators import _of_module
 from serving import running_server, wait_for
 from test_modules import BERT_H100, RECORDED, RESNET, RawModules, _events, _flatten
 
@@ -237,6 +243,13 @@ def test_the_api_filters_by_module_and_says_which(server: str) -> None:
     lines = searched.text.strip().splitlines()
     assert len(lines) >= 3 and all("addmm" in line.lower() for line in lines[1:])  # aten::addmm, AddmmBackward0
     addmm = next(row for row in body["rows"] if row["name"] == "aten::addmm")
+    stacks = httpx.get(
+        f"{server}/api/operators/stacks",
+        params={"run": "training", "name": "aten::addmm", "module": block["id"]},
+        timeout=30,
+    ).json()["stacks"]
+    assert sum(stack["calls"] for stack in stacks) == addmm["calls"]
+    assert all(any("Block" in frame["text"] for frame in stack["frames"]) for stack in stacks)
     assert next(line for line in lines if line.startswith("aten::addmm,")).split(",")[2] == str(addmm["calls"])
 
 
@@ -246,6 +259,10 @@ def test_an_unknown_module_or_a_trace_without_modules_is_a_clear_404(server: str
     assert "/api/modules" in unknown.json()["detail"]
     none = httpx.get(f"{server}/api/operators", params={"run": "resnet", "module": 0}, timeout=30)
     assert none.status_code == 404 and "with_modules=True" in none.json()["detail"]
+    stacks = httpx.get(
+        f"{server}/api/operators/stacks", params={"run": "training", "name": "aten::addmm", "module": 9999}, timeout=30
+    )
+    assert stacks.status_code == 404 and "No module 9999" in stacks.json()["detail"]
     negative = httpx.get(f"{server}/api/operators", params={"run": "training", "module": -1}, timeout=30)
     assert negative.status_code == 422
     still = httpx.get(f"{server}/api/operators", params={"run": "training"}, timeout=30)
@@ -256,6 +273,34 @@ def test_a_failed_query_answers_422_for_that_file_alone() -> None:
     """A file on which the query failed (its stored result is ``{error}``, see ``Query.compute``) says so."""
     trace = TraceFile("file:///traces", ObjectInfo("run/worker0.pt.trace.json", 10, "1"), "run", "worker0", "default")
     with pytest.raises(HTTPException) as raised:
-        _module_table({"error": "ValueError: broken"}, trace, 0, "operator")
+        _of_module({"error": "ValueError: broken"}, trace, 0, lambda: None)
     assert raised.value.status_code == 422 and "run/worker0.pt.trace.json" in raised.value.detail
     assert "ValueError: broken" in raised.value.detail
+
+
+def test_a_modules_call_stacks_hold_its_calls() -> None:
+    """On a with_stack trace every call has a stack: an operator's stacks in a module sum to its row of the
+    module's table, and each is one of the operator's stacks in the whole trace, with no more calls."""
+    context = TraceContext(parse_trace_file(corpus_file(BERT_H100)))
+    view = module_view(context)
+    stored = orjson.loads(orjson.dumps(operators_by_module(context)))
+    stored_stacks = orjson.loads(orjson.dumps(stacks_by_module(context)))
+    everywhere = stacks_by_name(context)
+    encoder = _flatten(view["modules"])["/BertLMHeadModel_0/BertModel_0/BertEncoder_0"]
+    table = module_operator_table(stored, encoder["id"], "operator")
+    for row in table["rows"]:
+        stacks = module_stacks(stored_stacks, encoder["id"], row["name"], None)
+        assert 0 < len(stacks) < MAX_STACKS_PER_OPERATOR
+        assert sum(s["calls"] for s in stacks) == row["calls"]
+        assert sum(s["host_self_us"] for s in stacks) == pytest.approx(row["host_self_us"], abs=0.01)
+        assert sum(s["device_self_us"] for s in stacks) == pytest.approx(row["device_self_us"], abs=0.01)
+        whole = {tuple(f["text"] for f in s["frames"]): s["calls"] for s in everywhere[row["name"]]}
+        for stack in stacks:
+            frames = tuple(f["text"] for f in stack["frames"])
+            assert any("BertEncoder" in frame for frame in frames)  # the module's forward is on the stack
+            assert stack["calls"] <= whole[frames]
+    layer = module_stacks(stored_stacks, encoder["children"][0]["id"], "aten::addmm", None)
+    assert sum(s["calls"] for s in layer) < sum(
+        s["calls"] for s in module_stacks(stored_stacks, encoder["id"], "aten::addmm", None)
+    )
+    assert module_stacks(stored_stacks, 10_000, "aten::addmm", None) is None

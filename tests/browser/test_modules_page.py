@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -144,6 +145,13 @@ def test_operators_of_a_module_as_a_removable_filter_kept_in_the_url(page, modul
     chip.wait_for()
     assert chip.inner_text().startswith("Module: BertLMHeadModel_0 \u203a BertModel_0 \u203a BertEncoder_0")
     assert shown_rows() == [row["name"] for row in filtered["rows"]]
+    first = filtered["rows"][0]["name"]
+    _, stacks = get_json(
+        f"{modules_server}/api/operators/stacks?run=bert_h100&module={encoder['id']}&name={quote(first)}"
+    )
+    page.get_by_test_id("operators-table").locator("tbody tr[data-key]").first.click()
+    page.get_by_test_id("stacks").wait_for()
+    assert page.get_by_test_id("stacks").locator("details.stack").count() == len(stacks["stacks"]) > 0
     screenshot(page, "operators-of-module")
 
     page.reload()

@@ -1,8 +1,8 @@
 """The Operator view filtered to one module (``docs/definitions.md`` §14.3).
 
-The cached query holds, per module row, the operator calls that belong to it alone (by the Module view's
-attribution, ``modules.operator_owners``) summed by name and input shape; a request for a module sums the rows
-of the module and its descendants, so one stored result answers every module and both groupings.
+The cached queries hold, per module row, the operator calls that belong to it alone (by the Module view's
+attribution, ``modules.operator_owners``) summed by name and input shape (and by call stack); a request for a
+module sums the rows of the module and its descendants, so one stored result answers every module and grouping.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 
 from profscope.analysis.arrays import depths, group_ids, lookup
 from profscope.analysis.call_tree import CallTree
+from profscope.analysis.callstacks import memo_node_stacks, stack_entry, top_stacks
 from profscope.analysis.context import TraceContext
 from profscope.analysis.modules import HOW_TO_RECORD, ModuleRows, module_rows, operator_owners
 from profscope.analysis.operators import NS_PER_US, SUMMED_NS, op_column, rows_from_sums
@@ -21,6 +22,7 @@ from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, TraceTables
 
 PATH_SEPARATOR = " \u203a "
+_STACK_TIMES = ("host_self_ns", "host_total_ns", "device_self_ns", "device_total_ns")
 
 
 @payload("operators.modules", version=1)
@@ -30,7 +32,7 @@ def operators_by_module(context: TraceContext) -> dict[str, Any]:
     modules = module_rows(context)
     if modules is None:
         return {"applies": False, "reason": HOW_TO_RECORD, "modules": [], "rows": {}, "accounting": {}}
-    owner = operator_owners(tables, tree, modules)
+    owner = _owners(context, modules)
     nodes = np.flatnonzero(tree.is_operator & (owner >= 0))
     events = tree.node_event[nodes]
     name = np.asarray(tables.events["name"])[events]
@@ -61,6 +63,42 @@ def operators_by_module(context: TraceContext) -> dict[str, Any]:
             "host_in_operators_ns": _host_in_operators(tree, modules, owner).tolist(),
             "device_unattributed_ns": _unattributed_device(tables, tree, modules, owner).tolist(),
         },
+    }
+
+
+def _owners(context: TraceContext, modules: ModuleRows) -> np.ndarray:
+    return context.memo("operator_owners", lambda: operator_owners(context.tables, context.tree, modules))
+
+
+@payload("operators.stacks.modules", version=1)
+def stacks_by_module(context: TraceContext) -> dict[str, Any]:
+    """Per module row: its own operator calls by (name, input shape, call stack), with their times."""
+    tables, tree = context.tables, context.tree
+    modules = module_rows(context)
+    if modules is None:
+        return {"applies": False, "reason": HOW_TO_RECORD, "modules": [], "stacks": [], "rows": {}}
+    owner = _owners(context, modules)
+    texts = memo_node_stacks(context)
+    nodes = np.flatnonzero(tree.is_operator & (owner >= 0))
+    stack_ids: dict[str, int] = {}
+    stack = np.asarray([stack_ids.setdefault(texts[n], len(stack_ids)) for n in nodes.tolist()], dtype=np.int64)
+    events = tree.node_event[nodes]
+    name = np.asarray(tables.events["name"])[events]
+    shape = op_column(tables, "input_dims", events)
+    group, first = group_ids(owner[nodes], name, shape, stack)
+    sums = _sums(tree, nodes, group, len(first))
+    return {
+        "applies": True,
+        "reason": None,
+        "modules": [{"id": index, "parent": int(modules.parent[index])} for index in range(modules.count)],
+        "stacks": list(stack_ids),
+        "rows": {
+            "module": owner[nodes][first].tolist(),
+            "name": [tables.strings[int(n)] for n in name[first]],
+            "input_shape": [tables.strings[int(s)] if s >= 0 else None for s in shape[first].tolist()],
+            "stack": stack[first].tolist(),
+        }
+        | {key: sums[key].tolist() for key in ("calls", *_STACK_TIMES)},
     }
 
 
@@ -157,6 +195,35 @@ def module_operator_table(stored: dict[str, Any], module_id: int, group_by: str)
         "empty_reason": None if table else "No operator call belongs to this module.",
         "module": _module_label(modules, module_id),
     }
+
+
+def module_stacks(
+    stored: dict[str, Any], module_id: int, name: str, input_shape: str | None
+) -> list[dict[str, Any]] | None:
+    """The call stacks of operator ``name`` (of that input shape, if given) in module ``module_id`` and its
+    descendants, as ``/api/operators/stacks`` lists them (None: no such module)."""
+    if not 0 <= module_id < len(stored["modules"]):
+        return None
+    rows = stored["rows"]
+    members = _subtree(stored["modules"], module_id)
+    by_stack: dict[int, dict[str, float]] = {}
+    for i, module in enumerate(rows["module"]):
+        shape_matches = input_shape is None or (rows["input_shape"][i] or "[]") == input_shape
+        if module not in members or rows["name"][i] != name or not shape_matches:
+            continue
+        into = by_stack.setdefault(rows["stack"][i], dict.fromkeys(("calls", *_STACK_TIMES), 0))
+        for key in ("calls", *_STACK_TIMES):
+            into[key] += rows[key][i]
+    entries = [
+        stack_entry(
+            stored["stacks"][stack],
+            int(sums["calls"]),
+            {f"{key[: -len('_ns')]}_us": sums[key] / NS_PER_US for key in _STACK_TIMES},
+        )
+        for stack, sums in by_stack.items()
+        if stored["stacks"][stack]
+    ]
+    return top_stacks(entries)
 
 
 def _subtree(modules: list[dict[str, Any]], root: int) -> set[int]:

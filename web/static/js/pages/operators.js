@@ -114,9 +114,6 @@ function metric(label, value) {
 }
 
 function renderStacks(target, stacks) {
-  const scope = state.module !== null
-    ? el("div", { class: "muted", text: "Call stacks of all calls of this operator, not only the module's." })
-    : null;
   if (!stacks.length) {
     clear(target, el("p", { class: "muted", "data-testid": "no-stack", text: "No call stack recorded for this operator (profile with with_stack=True)." }));
     return;
@@ -126,7 +123,6 @@ function renderStacks(target, stacks) {
     el(
       "div",
       { class: "stacks", "data-testid": "stacks" },
-      scope,
       el("div", { class: "muted", text: `${stacks.length} distinct call stack${stacks.length === 1 ? "" : "s"} (innermost frame first)` }),
       stacks.map((stack, i) => {
         const caller = callerFrame(stack.frames);
@@ -153,7 +149,6 @@ function renderStacks(target, stacks) {
 function stacksUrl(row) {
   const query = new URLSearchParams(apiQuery());
   query.delete("group_by");
-  query.delete("module"); // call stacks are not filtered by module
   query.set("name", row.name);
   if (byShape()) query.set("input_shape", row.input_shape || "");
   return `/api/operators/stacks?${query}`;
