@@ -149,6 +149,7 @@ function renderStacks(target, stacks) {
 function stacksUrl(row) {
   const query = new URLSearchParams(apiQuery());
   query.delete("group_by");
+  if (state.module === null) query.delete("module"); // URLSearchParams would send "null"
   query.set("name", row.name);
   if (byShape()) query.set("input_shape", row.input_shape || "");
   return `/api/operators/stacks?${query}`;
