@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -111,3 +112,105 @@ def test_a_trace_without_modules_says_how_to_record_them(page, modules_server):
     assert "with_modules=True" in empty.inner_text() and "with_stack=True" in empty.inner_text()
     assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 1  # it has ProfilerSteps
     screenshot(page, "modules-resnet-none")
+
+
+def test_operators_of_a_module_as_a_removable_filter_kept_in_the_url(page, modules_server):
+    """Module page -> a module -> "Operators of this module": the Operator table of its calls with a chip naming
+    the module; a reload keeps it; removing the chip shows every operator again."""
+    _, api = get_json(f"{modules_server}/api/modules?run=bert_h100")
+    root = api["modules"][0]
+    model = next(c for c in root["children"] if c["name"] == "BertModel_0")
+    encoder = next(c for c in model["children"] if c["name"] == "BertEncoder_0")
+    _, filtered = get_json(f"{modules_server}/api/operators?run=bert_h100&module={encoder['id']}")
+    _, everything = get_json(f"{modules_server}/api/operators?run=bert_h100")
+    assert 0 < filtered["total_rows"] < everything["total_rows"]
+
+    page.goto(f"{modules_server}/modules?run=bert_h100")
+    page.get_by_test_id(f"toggle-{root['id']}").click()
+    page.get_by_test_id(f"toggle-{model['id']}").click()
+    page.locator(f'tr[data-testid="module-row"][data-id="{encoder["id"]}"]').click()
+    page.get_by_test_id("module-operators-link").click()
+    page.wait_for_url("**/operators?**")
+    assert query_of(page.url)["module"] == str(encoder["id"])
+
+    def shown_rows() -> list[str]:
+        page.get_by_test_id("operators-table").wait_for()
+        return (
+            page.get_by_test_id("operators-table")
+            .locator("tbody tr[data-key]")
+            .evaluate_all("rows => rows.map(r => r.dataset.key)")
+        )
+
+    chip = page.get_by_test_id("module-chip")
+    chip.wait_for()
+    assert chip.inner_text().startswith("Module: BertLMHeadModel_0 \u203a BertModel_0 \u203a BertEncoder_0")
+    assert shown_rows() == [row["name"] for row in filtered["rows"]]
+    first = filtered["rows"][0]["name"]
+    _, stacks = get_json(
+        f"{modules_server}/api/operators/stacks?run=bert_h100&module={encoder['id']}&name={quote(first)}"
+    )
+    page.get_by_test_id("operators-table").locator("tbody tr[data-key]").first.click()
+    page.get_by_test_id("stacks").wait_for()
+    assert page.get_by_test_id("stacks").locator("details.stack").count() == len(stacks["stacks"]) > 0
+    screenshot(page, "operators-of-module")
+
+    page.reload()
+    chip.wait_for()
+    assert shown_rows() == [row["name"] for row in filtered["rows"]]
+    assert query_of(page.url)["module"] == str(encoder["id"])
+
+    page.get_by_test_id("module-chip-remove").click()
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('module')")
+    page.wait_for_function(
+        "(count) => document.querySelectorAll('[data-testid=operators-table] tbody tr[data-key]').length === count",
+        arg=everything["total_rows"],
+    )
+    assert chip.count() == 0
+    assert shown_rows() == [row["name"] for row in everything["rows"]]
+    screenshot(page, "operators-module-chip-removed")
+
+
+def _model_summary_cells(page) -> dict[str, list[str]]:
+    rows = page.get_by_test_id("model-summary").locator("tbody tr")
+    return {cells[0]: cells[1:] for cells in (rows.nth(i).locator("td").all_inner_texts() for i in range(rows.count()))}
+
+
+def test_model_summary_of_a_pytorch_trace_with_its_unit_switch(page, modules_server):
+    """Paddle's Model Summary under the phases of a PyTorch training trace: Paddle's rows, its numbers in ms; the
+    unit switch rewrites them in µs and is kept in the URL."""
+    _, api = get_json(f"{modules_server}/api/modules?run=checkpointing")
+    expected = {row["name"]: row for row in api["phases"]["model_summary"]}
+    page.goto(f"{modules_server}/modules?run=checkpointing")
+    page.get_by_test_id("model-summary").wait_for()
+    cells = _model_summary_cells(page)
+    assert list(cells) == ["ProfileStep", "Dataloader", "Forward", "Backward", "Optimization", "Others"]
+    step = expected["ProfileStep"]["cpu"]
+    assert cells["ProfileStep"][0] == str(expected["ProfileStep"]["calls"])
+    assert cells["ProfileStep"][1].startswith(f"{step['total_ns'] / 1e6:.2f} / {step['avg_ns'] / 1e6:.2f} / ")
+    backward = expected["Backward"]["cpu"]
+    assert cells["Backward"][1].endswith(f" / {backward['ratio_pct']:.2f}")
+    assert cells["Others"][1] == f"{expected['Others']['cpu']['total_ns'] / 1e6:.2f} / - / - / - / " + (
+        f"{expected['Others']['cpu']['ratio_pct']:.2f}"
+    )
+    screenshot(page, "modules-model-summary-ms")
+
+    page.get_by_test_id("model-summary-unit").select_option("us")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('unit') === 'us'")
+    in_us = _model_summary_cells(page)
+    assert in_us["ProfileStep"][1].startswith(f"{step['total_ns'] / 1e3:.2f} / ")
+    page.reload()
+    page.get_by_test_id("model-summary").wait_for()
+    assert _model_summary_cells(page) == in_us
+    assert page.get_by_test_id("model-summary-unit").input_value() == "us"
+    screenshot(page, "modules-model-summary-us")
+
+
+def test_model_summary_of_a_gpu_trace_has_device_time(page, modules_server):
+    _, api = get_json(f"{modules_server}/api/modules?run=resnet")
+    gpu = {row["name"]: row["gpu"] for row in api["phases"]["model_summary"]}
+    assert gpu["ProfileStep"]["total_ns"] > 0
+    page.goto(f"{modules_server}/modules?run=resnet")
+    page.get_by_test_id("model-summary").wait_for()
+    cells = _model_summary_cells(page)
+    assert cells["ProfileStep"][2].startswith(f"{gpu['ProfileStep']['total_ns'] / 1e6:.2f} / ")
+    screenshot(page, "modules-model-summary-resnet")

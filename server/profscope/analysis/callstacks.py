@@ -140,27 +140,31 @@ def stacks_by_operator(
         if group_by == "operator_input_shape":
             name = f"{name}\u0000{tables.strings[shape_id] if shape_id >= 0 else '[]'}"
         result.setdefault(name, []).append(
-            {
-                "frames": [parse_frame(f) for f in stack_text[stack_id].split(";") if f],
-                "calls": int(calls[index]),
-                **{column: float(values[index]) for column, values in sums.items()},
-            }
+            stack_entry(stack_text[stack_id], int(calls[index]), {k: float(v[index]) for k, v in sums.items()})
         )
-    for key, rows in result.items():
-        rows.sort(key=lambda r: (-r["device_self_us"], -r["host_self_us"]))
-        result[key] = rows[:MAX_STACKS_PER_OPERATOR]
-    return result
+    return {key: top_stacks(rows) for key, rows in result.items()}
 
 
-def _memo_stacks(context: TraceContext) -> list[str]:
+def stack_entry(text: str, calls: int, times_us: dict[str, float]) -> dict[str, Any]:
+    """One distinct call stack of an operator: its frames (innermost first), calls and times."""
+    return {"frames": [parse_frame(f) for f in text.split(";") if f], "calls": calls, **times_us}
+
+
+def top_stacks(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An operator's stacks, the longest device then host self time first, at most ``MAX_STACKS_PER_OPERATOR``."""
+    return sorted(entries, key=lambda r: (-r["device_self_us"], -r["host_self_us"]))[:MAX_STACKS_PER_OPERATOR]
+
+
+def memo_node_stacks(context: TraceContext) -> list[str]:
+    """``node_stacks`` of a trace, computed once for every query that needs them."""
     return context.memo("node_stacks", lambda: node_stacks(context.tables, context.tree))
 
 
 @payload("operators.stacks.operator", version=2)
 def stacks_by_name(context: TraceContext) -> dict[str, Any]:
-    return stacks_by_operator(context.tables, context.tree, "operator", _memo_stacks(context))
+    return stacks_by_operator(context.tables, context.tree, "operator", memo_node_stacks(context))
 
 
 @payload("operators.stacks.operator_input_shape", version=2)
 def stacks_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
-    return stacks_by_operator(context.tables, context.tree, "operator_input_shape", _memo_stacks(context))
+    return stacks_by_operator(context.tables, context.tree, "operator_input_shape", memo_node_stacks(context))

@@ -21,6 +21,7 @@ from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
 from profscope.analysis.context import TraceContext
+from profscope.analysis.paddle_summary import model_summary_of_phases
 from profscope.analysis.payloads import payload
 from profscope.analysis.phases import covers_on_thread, model_phases, phase_rows
 from profscope.tables import NO_ID, Kind, TraceTables
@@ -194,15 +195,59 @@ def _innermost_steps(ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> t
     return np.asarray(times, dtype=np.int64)[order], np.asarray(inner, dtype=np.int64)[order]
 
 
-def module_tree(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
-    """The module rows (a forest, each with ``children``), or ``applies: False`` and how to record modules."""
+@dataclass
+class ModuleRows:
+    """The rows of the module tree (numbered parents first: a row's ``id``) and the occurrences behind them."""
+
+    occurrences: Occurrences
+    group: np.ndarray  # the row of each occurrence
+    parent: np.ndarray  # the parent row of each row (NO_ID: a root)
+    names: list[str]
+    types: list[str]
+    recompute: np.ndarray  # per occurrence: a recomputed forward (activation checkpointing)
+    innermost: Innermost  # which occurrence holds a point
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+
+def find_module_rows(tables: TraceTables) -> ModuleRows | None:
+    """The module rows of a trace, or None when it has no module information."""
     occurrences = find_occurrences(tables)
     if occurrences is None:
-        return {"applies": False, "reason": HOW_TO_RECORD, "source": None, "modules": []}
+        return None
     recomputed = _recomputed_roots(tables, occurrences)
-    group, parent_group, group_names, group_types, recompute = _group_occurrences(occurrences, recomputed)
-    count = len(group_names)
-    innermost = Innermost(tables, occurrences.rows)
+    group, parent_group, names, types, recompute = _group_occurrences(occurrences, recomputed)
+    return ModuleRows(occurrences, group, parent_group, names, types, recompute, Innermost(tables, occurrences.rows))
+
+
+def operator_owners(tables: TraceTables, tree: CallTree, modules: ModuleRows) -> np.ndarray:
+    """The module row each call-tree node belongs to (NO_ID: none), by ``docs/definitions.md`` §14.3: a node in
+    a recomputed forward belongs to its module; else a node at or below a backward op (``fwdbwd`` flow finish)
+    belongs to the module of that op's forward op; else the innermost occurrence holding its start."""
+    events = tables.events
+    track, ts = np.asarray(events["track"])[tree.node_event], np.asarray(events["ts_ns"])[tree.node_event]
+    occurrence = modules.innermost.of(track, ts)
+    owner = lookup(modules.group, occurrence, NO_ID)
+    backward_occurrence, backward_nodes = _backward_links(tables, tree, modules.innermost)
+    linked = np.full(len(tree.node_event), NO_ID, dtype=np.int64)
+    linked[backward_nodes] = backward_occurrence
+    is_linked = linked >= 0
+    nearest = np.where(is_linked, np.arange(len(linked)), _nearest_marked_ancestor(tree.parent, is_linked))
+    backward_owner = lookup(modules.group, lookup(linked, nearest, NO_ID), NO_ID)
+    in_recomputation = lookup(modules.recompute, occurrence, False)
+    return np.where(~in_recomputation & (backward_owner >= 0), backward_owner, owner)
+
+
+def module_tree(tables: TraceTables, tree: CallTree, modules: ModuleRows | None) -> dict[str, Any]:
+    """The module rows (a forest, each with ``children``), or ``applies: False`` and how to record modules."""
+    if modules is None:
+        return {"applies": False, "reason": HOW_TO_RECORD, "source": None, "modules": []}
+    occurrences, group, parent_group = modules.occurrences, modules.group, modules.parent
+    group_names, group_types, recompute = modules.names, modules.types, modules.recompute
+    count = modules.count
+    innermost = modules.innermost
     sums = _occurrence_sums(tables, tree, occurrences, innermost, recompute)
     per_group = {key: np.bincount(group, weights=value, minlength=count) for key, value in sums.items()}
     totals = _subtree_totals(parent_group, per_group)
@@ -514,9 +559,14 @@ def _module_frames(
     return frames
 
 
-@payload("modules", version=1)
+@payload("modules", version=2)
 def module_view(context: TraceContext) -> dict[str, Any]:
-    """The Module page: the module tree and the model phases of every step."""
-    return module_tree(context.tables, context.tree) | {
-        "phases": model_phases(context.tables, context.tree, context.steps)
-    }
+    """The Module page: the module tree, the model phases of every step and their Model Summary (Paddle's table)."""
+    phases = model_phases(context.tables, context.tree, context.steps)
+    phases["model_summary"] = model_summary_of_phases(phases["steps"])
+    return module_tree(context.tables, context.tree, module_rows(context)) | {"phases": phases}
+
+
+def module_rows(context: TraceContext) -> ModuleRows | None:
+    """The module rows of a trace, found once for every query that needs them."""
+    return context.memo("module_rows", lambda: find_module_rows(context.tables))

@@ -38,6 +38,44 @@ def _shape_text(tables: TraceTables, shape_id: int, group_by: str) -> str:
     return tables.strings[shape_id] if shape_id >= 0 else "[]"
 
 
+SUMMED_NS = ("host_self_ns", "host_total_ns", "device_self_ns", "device_total_ns", "tc_self_ns", "tc_total_ns")
+
+
+def operator_sums(tree: CallTree, nodes: np.ndarray, group: np.ndarray, first: np.ndarray) -> dict[str, np.ndarray]:
+    """Per group of operator nodes (``first``: each group's first node): ``calls``, the ``SUMMED_NS`` times and
+    ``tensor_cores_eligible`` (that of the group's first call)."""
+    count = len(first)
+    sums = {"calls": np.bincount(group, minlength=count)}
+    for key in SUMMED_NS:
+        sums[key] = np.bincount(group, weights=getattr(tree, key)[nodes], minlength=count)
+    sums["tensor_cores_eligible"] = tree.tc_eligible[nodes][first] if count else np.zeros(0, bool)
+    return sums
+
+
+def rows_from_sums(names: list[str], shapes: list[str], sums: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The Operator view's rows from per-group sums (``operator_sums``), the longest first."""
+    device_self, device_total = sums["device_self_ns"], sums["device_total_ns"]
+    rows = [
+        {
+            "name": name,
+            "input_shape": shape,
+            "calls": int(sums["calls"][i]),
+            "host_self_us": sums["host_self_ns"][i] / NS_PER_US,
+            "host_total_us": sums["host_total_ns"][i] / NS_PER_US,
+            "device_self_us": device_self[i] / NS_PER_US,
+            "device_total_us": device_total[i] / NS_PER_US,
+            "tensor_cores_eligible": bool(sums["tensor_cores_eligible"][i]),
+            "tensor_cores_self_pct": sums["tc_self_ns"][i] / device_self[i] * 100.0 if device_self[i] > 0 else 0.0,
+            "tensor_cores_total_pct": sums["tc_total_ns"][i] / device_total[i] * 100.0 if device_total[i] > 0 else 0.0,
+        }
+        for i, (name, shape) in enumerate(zip(names, shapes, strict=True))
+    ]
+    has_device = any(r["device_self_us"] > 0 for r in rows)
+    sort_key = "device_self_us" if has_device else "host_self_us"
+    rows.sort(key=lambda r: (-r[sort_key], r["name"], r["input_shape"]))
+    return rows
+
+
 def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator") -> list[dict[str, Any]]:
     if group_by not in GROUPINGS:
         raise ValueError(f"group_by must be one of {GROUPINGS}")
@@ -48,40 +86,10 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
         op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
     )
     group, first_of_group = group_ids(name, shape)
-    unique_keys = np.stack([name[first_of_group], shape[first_of_group]], axis=1).astype(np.int64)
-    count = len(unique_keys)
-
-    def total(values: np.ndarray) -> np.ndarray:
-        return np.bincount(group, weights=values, minlength=count)
-
-    calls = np.bincount(group, minlength=count)
-    host_total = total(tree.host_total_ns[nodes])
-    host_self = total(tree.host_self_ns[nodes])
-    device_total = total(tree.device_total_ns[nodes])
-    device_self = total(tree.device_self_ns[nodes])
-    tc_self = total(tree.tc_self_ns[nodes])
-    tc_total = total(tree.tc_total_ns[nodes])
-    eligible = tree.tc_eligible[nodes][first_of_group] if count else np.zeros(0, bool)
-    rows = []
-    for i in range(count):
-        rows.append(
-            {
-                "name": tables.strings[int(unique_keys[i, 0])],
-                "input_shape": _shape_text(tables, int(unique_keys[i, 1]), group_by),
-                "calls": int(calls[i]),
-                "host_self_us": host_self[i] / NS_PER_US,
-                "host_total_us": host_total[i] / NS_PER_US,
-                "device_self_us": device_self[i] / NS_PER_US,
-                "device_total_us": device_total[i] / NS_PER_US,
-                "tensor_cores_eligible": bool(eligible[i]),
-                "tensor_cores_self_pct": tc_self[i] / device_self[i] * 100.0 if device_self[i] > 0 else 0.0,
-                "tensor_cores_total_pct": tc_total[i] / device_total[i] * 100.0 if device_total[i] > 0 else 0.0,
-            }
-        )
-    has_device = any(r["device_self_us"] > 0 for r in rows)
-    sort_key = "device_self_us" if has_device else "host_self_us"
-    rows.sort(key=lambda r: (-r[sort_key], r["name"], r["input_shape"]))
-    return rows
+    sums = operator_sums(tree, nodes, group, first_of_group)
+    names = [tables.strings[int(n)] for n in name[first_of_group]]
+    shapes = [_shape_text(tables, int(s), group_by) for s in shape[first_of_group]]
+    return rows_from_sums(names, shapes, sums)
 
 
 def why_no_operators(tables: TraceTables, rows: list[dict[str, Any]]) -> str | None:

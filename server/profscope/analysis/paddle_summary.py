@@ -318,6 +318,27 @@ def model_summary(model: dict[str, _Stats], total_ns: int) -> list[dict[str, Any
     return rows
 
 
+PHASE_OF_ROW = {"Dataloader": "dataloader", "Forward": "forward", "Backward": "backward", "Optimization": "optimizer"}
+
+
+def model_summary_of_phases(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Paddle's Model Summary of a PyTorch trace, from ``phases.model_phases``' per-step values
+    (``docs/definitions.md`` §14.4): each step is a ProfileStep call (CPU: its host time; GPU: its device busy
+    time) and a call of each phase that took time in it."""
+    model = {"ProfileStep": _Stats()}
+    for step in steps:
+        model["ProfileStep"].add(_ns(step["host_us"]), _ns(step["device_busy_us"]))
+        for row, phase in PHASE_OF_ROW.items():
+            cpu_ns, gpu_ns = _ns(step[f"{phase}_us"]), _ns(step[f"device_{phase}_us"])
+            if cpu_ns or gpu_ns:
+                model.setdefault(row, _Stats()).add(cpu_ns, gpu_ns)
+    return model_summary(model, sum(model["ProfileStep"].cpu))
+
+
+def _ns(us: float) -> int:
+    return round(us * 1000)
+
+
 def _is_communication(node: _Node) -> bool:
     return node.type == "Communication" or (
         node.type == "Operator" and any(word in node.name.lower() for word in COMMUNICATION_OP_WORDS)

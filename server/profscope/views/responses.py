@@ -223,6 +223,7 @@ class Phases(Strict):
     reason: str | None
     steps: list[PhaseTimes]
     average: PhaseTimes | None
+    model_summary: list[PaddleRow]  # Paddle's Model Summary of these steps (docs/definitions.md §14.4)
 
 
 class Modules(TraceIdent):
@@ -263,11 +264,21 @@ class OperatorTimeAccounting(Strict):
     device_total_us: Number
 
 
+class OperatorModule(Strict):
+    """The module an Operator table is filtered to (``module=``): its id, name, type and path from the root."""
+
+    id: int
+    name: str
+    type: str
+    path: str
+
+
 class Operators(TraceIdent, TableCounts):
     group_by: str
     rows: list[OperatorRow]
     accounting: OperatorTimeAccounting
     empty_reason: str | None  # why there is no row, when the file says (an Nsight export without emit_nvtx)
+    module: OperatorModule | None = None  # with ``module=``: the module whose calls the rows are
 
 
 class OperatorStacks(TraceIdent):

@@ -1,6 +1,6 @@
 // Module view: model phases per step, the nn.Module tree (sortable, expand / collapse), an icicle of the
 // hierarchy by device or host time, and the selected module's operators, kernels, trace and source links.
-// Page state in the URL: expanded (module ids), module (the selected one), sort, metric.
+// Page state in the URL: expanded (module ids), module (the selected one), sort, metric, unit (Model Summary).
 
 import { isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PLOT_CONFIG, PALETTE, plotText, renderStepBars } from "../charts.js";
@@ -8,6 +8,7 @@ import { byId, clear, el } from "../dom.js";
 import { DASH, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { emptyState } from "../status.js";
+import { modelSummaryTable, unitOf, unitSelect } from "../summary_tables.js";
 import { sortRows } from "../table.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
 
@@ -40,6 +41,7 @@ const state = {
   module: params.module === undefined || params.module === "" ? null : Number(params.module),
   sort: params.sort || "-host_total_us",
   metric: params.metric === "host" || params.metric === "device" ? params.metric : null,
+  unit: unitOf(params.unit),
 };
 
 let selection = null;
@@ -56,6 +58,7 @@ function saveState() {
     module: state.module,
     sort: state.sort === "-host_total_us" ? null : state.sort,
     metric: state.metric,
+    unit: state.unit === "ms" ? null : state.unit,
   });
 }
 
@@ -84,6 +87,7 @@ function phasesPanel(phases) {
     { class: "panel", "data-testid": "phases" },
     el("h2", {}, "Model phases", el("span", { class: "sub", text: "host time of each step by phase (each \u00b5s counted once)" })),
     el("div", { class: "grid", style: { gridTemplateColumns: "minmax(0, 3fr) minmax(0, 2fr)" } }, chart, el("div", {}, phasesTable(phases), stepsDetails(phases))),
+    modelSummary(phases.model_summary),
   );
   requestAnimationFrame(() => drawPhases(chart, phases));
   return panel;
@@ -112,6 +116,19 @@ function phasesTable(phases) {
       el("tr", { class: "total" }, el("td", { text: "Step (device: busy)" }), cell(average.host_us, average.host_us), cell(average.device_busy_us, average.device_busy_us)),
     ),
   );
+}
+
+/** Paddle's Model Summary of the steps, drawn as on the Paddle Summary page (docs/definitions.md §14.4). */
+function modelSummary(rows) {
+  if (!rows.length) return null;
+  const holder = el("div", { class: "table-scroll" });
+  const draw = () => clear(holder, modelSummaryTable(rows, state.unit, "model-summary"));
+  draw();
+  return el("div", { "data-testid": "model-summary-panel" },
+    el("div", { class: "card-title" },
+      el("h3", {}, "Model Summary", el("span", { class: "sub", style: { marginLeft: "8px" }, text: "the phases as Paddle's profiler prints them; ratios of the steps' host time (CPU) and device busy time (GPU)" })),
+      unitSelect(state.unit, (unit) => { state.unit = unit; saveState(); draw(); }, "model-summary-unit")),
+    holder);
 }
 
 function stepsDetails(phases) {
@@ -266,7 +283,7 @@ function traceLink(row) {
 }
 
 function pageLink(page, name) {
-  return withQuery(`/${page}`, { ...apiQuery(), search: name });
+  return withQuery(`/${page}`, { ...apiQuery(), module: page === "operators" ? state.module : null, search: name });
 }
 
 function namedTable(testid, rows, columns, page) {
@@ -300,7 +317,8 @@ function renderDetail() {
       frame && frame.href ? el("a", { href: frame.href, "data-testid": "module-source-link", title: frame.text, text: `Source: ${frame.path}:${frame.line}` }) : el("span", { text: frame ? `Source: ${frame.text}` : "No source frame" }),
       frame && frame.external ? [" \u00b7 ", el("a", { href: frame.external, text: "open externally" })] : null,
       " \u00b7 ",
-      el("a", { href: withQuery("/operators", apiQuery()), text: "Operator view" }),
+      el("a", { href: withQuery("/operators", { ...apiQuery(), module: row.id }), "data-testid": "module-operators-link",
+        title: "The Operator view of the calls of this module and its submodules, forward and backward", text: "Operators of this module" }),
     ),
     el("div", { class: "grid", style: { gridTemplateColumns: "repeat(auto-fit, minmax(380px, 1fr))" } },
       el("div", {}, el("h3", { text: "Top operators (module and submodules)" }),

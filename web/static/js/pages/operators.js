@@ -55,12 +55,14 @@ const state = {
   pieTop: parseTop(params.pie_top),
   stack: params.stack ?? null,
   shape: params.input_shape ?? null,
+  module: /^\d+$/.test(params.module || "") ? params.module : null, // an id of /api/modules (docs/definitions.md §14.3)
 };
 
 let selection = null;
 let allRows = [];
 let accounting = null;
 let emptyReason = null; // why the trace has no operators, when the server knows
+let moduleShown = null; // the module the rows are filtered to: {id, name, type, path}
 let controller = null;
 let table = null;
 const stackCache = new Map();
@@ -82,7 +84,7 @@ function filteredRows() {
 }
 
 function apiQuery(extra = {}) {
-  return { run: selection.run, worker: selection.worker, span: selection.span, group_by: state.groupBy, ...extra };
+  return { run: selection.run, worker: selection.worker, span: selection.span, group_by: state.groupBy, module: state.module, ...extra };
 }
 
 function updateJsonLink() {
@@ -147,6 +149,7 @@ function renderStacks(target, stacks) {
 function stacksUrl(row) {
   const query = new URLSearchParams(apiQuery());
   query.delete("group_by");
+  if (state.module === null) query.delete("module"); // URLSearchParams would send "null"
   query.set("name", row.name);
   if (byShape()) query.set("input_shape", row.input_shape || "");
   return `/api/operators/stacks?${query}`;
@@ -226,6 +229,23 @@ function renderRows() {
   updateJsonLink();
 }
 
+/** The module filter as a removable chip: "Module: <path> ×". */
+function renderModuleChip() {
+  byId("module-chip")?.remove();
+  if (!moduleShown) return;
+  byId("controls").prepend(
+    el("span", { class: "chip filter-chip", id: "module-chip", "data-testid": "module-chip", title: `${moduleShown.type}: ${moduleShown.path}` },
+      `Module: ${moduleShown.path}`,
+      el("button", { type: "button", class: "chip-remove", "data-testid": "module-chip-remove", "aria-label": "Show all operators, not only this module's", title: "Remove the module filter",
+        onclick: () => {
+          state.module = null;
+          moduleShown = null;
+          state.stack = state.shape = null;
+          updateUrl({ module: null, stack: null, input_shape: null }, { push: true });
+          load();
+        } }, "\u00d7")));
+}
+
 /** Where the rows' self times come from, so that they can be seen to add up (docs/definitions.md). */
 function renderAccounting() {
   byId("accounting")?.remove();
@@ -235,7 +255,8 @@ function renderAccounting() {
     ? [
         el("dt", { text: "Device" }),
         el("dd", { "data-testid": "accounting-device",
-          text: `all kernels, memcpys and memsets ${fmtUs(a.device_total_us)} µs = device self time of the ` +
+          text: `${moduleShown ? "the kernels, memcpys and memsets launched in the module" : "all kernels, memcpys and memsets"} ` +
+            `${fmtUs(a.device_total_us)} µs = device self time of the ` +
             `operators ${fmtUs(a.device_self_us)} µs + launched outside any operator (unattributed) ` +
             `${fmtUs(a.device_unattributed_us)} µs` }),
       ]
@@ -246,7 +267,7 @@ function renderAccounting() {
       el("dl", {},
         el("dt", { text: "Host" }),
         el("dd", { "data-testid": "accounting-host",
-          text: `time inside operators ${fmtUs(a.host_in_operators_us)} µs = host self time of the operators ` +
+          text: `time inside ${moduleShown ? "the module's " : ""}operators ${fmtUs(a.host_in_operators_us)} µs = host self time of the operators ` +
             `${fmtUs(a.host_self_us)} µs + runtime calls they made ${fmtUs(a.host_runtime_in_operators_us)} µs. ` +
             "Annotations (record_function, nccl:*) and steps are not rows: their time belongs to the operator " +
             "around them, or to no operator." }),
@@ -269,12 +290,14 @@ async function load() {
     allRows = data.rows || [];
     accounting = data.accounting || null;
     emptyReason = data.empty_reason || null;
+    moduleShown = data.module || null;
   } catch (error) {
     if (!isAbort(error)) showViewError(statusEl, error, selection);
     return;
   }
   byId("controls").hidden = false;
   byId("table-panel").hidden = false;
+  renderModuleChip();
   renderPies();
   renderRows();
   renderAccounting();

@@ -2,48 +2,25 @@
 
 import { isAbort, loadView } from "../api.js";
 import { byId, clear, el } from "../dom.js";
-import { DASH, fmtInt } from "../format.js";
+import { fmtInt } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
 import { emptyState } from "../status.js";
+import { modelSummaryTable, ratio, STATS_HEADERS, stats as statsIn, summaryTable, timeIn, UNIT_LABELS, unitOf } from "../summary_tables.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
 
-const UNITS = { s: 1e9, ms: 1e6, us: 1e3, ns: 1 };
-const UNIT_LABELS = { s: "s", ms: "ms", us: "\u00b5s", ns: "ns" };
 const params = readParams();
-const state = { unit: params.unit in UNITS ? params.unit : "ms" };
+const state = { unit: unitOf(params.unit) };
 let selection = null;
 let data = null;
 let controller = null;
 
-const time = (ns) => (ns === null || ns === undefined ? DASH : (ns / UNITS[state.unit]).toFixed(2));
-const ratio = (pct) => (pct === null || pct === undefined ? DASH : pct.toFixed(2));
-
-/** "Total / Avg / Max / Min / Ratio(%)", as Paddle prints it; rows without that side show dashes. */
-function stats(s) {
-  if (!s) return "- / - / - / - / -";
-  return [time(s.total_ns), time(s.avg_ns), time(s.max_ns), time(s.min_ns), ratio(s.ratio_pct)].join(" / ");
-}
-
-function table(testid, headers, rows) {
-  return el(
-    "table",
-    { class: "data", "data-testid": testid },
-    el("thead", {}, el("tr", {}, ...headers.map((h, i) => el("th", { class: i ? "num" : "", scope: "col", text: h })))),
-    el(
-      "tbody",
-      {},
-      ...rows.map(({ depth = 0, cells }) =>
-        el("tr", {}, ...cells.map((c, i) => el("td", { class: i ? "num" : "name", style: i ? null : `padding-left: ${8 + depth * 18}px`, text: String(c) }))),
-      ),
-    ),
-  );
-}
+const time = (ns) => timeIn(ns, state.unit);
+const stats = (s) => statsIn(s, state.unit);
+const table = summaryTable;
 
 function section(title, note, content) {
   return el("section", { class: "panel" }, el("h2", {}, title, el("span", { class: "sub", text: note })), content);
 }
-
-const STATS_HEADERS = [`CPU Total / Avg / Max / Min / Ratio(%)`, `GPU Total / Avg / Max / Min / Ratio(%)`];
 
 function overview() {
   const cpu = data.overview.cpu.map((r, i) => ({ depth: i ? 1 : 0, cells: [r.type, fmtInt(r.calls), time(r.time_ns), ratio(r.ratio_pct)] }));
@@ -58,13 +35,7 @@ function overview() {
 
 function model() {
   if (!data.model.length) return "";
-  const rows = data.model.map((r) => ({
-    depth: r.name === "ProfileStep" ? 0 : 1,
-    cells: r.name === "Others"
-      ? [r.name, "-", `${time(r.cpu.total_ns)} / - / - / - / ${ratio(r.cpu.ratio_pct)}`, `${time(r.gpu.total_ns)} / - / - / - / ${ratio(r.gpu.ratio_pct)}`]
-      : [r.name, fmtInt(r.calls), stats(r.cpu), stats(r.gpu)],
-  }));
-  return section("Model Summary", "outermost Dataloader / Forward / Backward / Optimization events", table("paddle-model", ["Name", "Calls", ...STATS_HEADERS], rows));
+  return section("Model Summary", "outermost Dataloader / Forward / Backward / Optimization events", modelSummaryTable(data.model, state.unit, "paddle-model"));
 }
 
 function distribution() {
