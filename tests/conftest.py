@@ -12,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# Random-input tests draw the same examples on every run (a fixed seed), so CI is reproducible; set
+# PROFSCOPE_HYPOTHESIS_RANDOM=1 to explore new inputs locally (a failing example is printed to replay).
+hypothesis_settings.register_profile("fixed-seed", derandomize=True, print_blob=True)
+hypothesis_settings.register_profile("explore", print_blob=True)
+hypothesis_settings.load_profile("explore" if os.environ.get("PROFSCOPE_HYPOTHESIS_RANDOM") else "fixed-seed")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO / "tests" / "corpus")).resolve()

@@ -38,3 +38,14 @@ def test_weighted_coverage_caps_each_piece() -> None:
     starts, ends, values = intervals.weighted_coverage(np.array([0, 5]), np.array([10, 20]), np.array([0.7, 0.6]), 1.0)
     assert starts.tolist() == [0, 5, 10] and ends.tolist() == [5, 10, 20]
     np.testing.assert_allclose(values, [0.7, 1.0, 0.6])
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, st.integers(-5, 80), st.integers(-5, 80))
+def test_clip_keeps_the_points_inside_the_window(a, start, end) -> None:
+    clipped = intervals.clip(_as_set(a), start, end)
+    assert _points(clipped) == {t for t in _points(_as_set(a)) if start <= t < end}
+    window = (np.array([start], dtype=np.int64), np.array([end], dtype=np.int64))
+    expected = intervals.intersect(_as_set(a), window) if end > start else intervals.empty()
+    for got, want in zip(clipped, expected, strict=True):  # the same normalised set as the general intersection
+        np.testing.assert_array_equal(got, want)

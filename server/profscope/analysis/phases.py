@@ -70,14 +70,15 @@ def model_phases(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str,
     host_sets = {phase: intervals.merge(ts[r], end[r]) for phase, r in rows.items()}
     device_phase, device_step, device_rows = _device_phase_and_step(tables, tree, steps, rows, ts, end, track)
     result_steps = []
+    by_step = np.argsort(device_step, kind="stable")  # each step's device rows, found without a pass over all
+    step_bounds = np.searchsorted(device_step[by_step], np.arange(len(steps.names) + 1))
     for index, name in enumerate(steps.names):
         window = (int(steps.host_starts_ns[index]), int(steps.host_ends_ns[index]))
-        host = _split(host_sets, window)
-        in_step = device_step == index
-        device_sets = {
-            phase: _union(device_rows[in_step & (device_phase == index)], ts, end) for index, phase in enumerate(PHASES)
-        }
-        busy = _union(device_rows[in_step], ts, end)
+        host = _split({phase: intervals.clip(spans, *window) for phase, spans in host_sets.items()}, window)
+        in_step = by_step[step_bounds[index] : step_bounds[index + 1]]
+        step_rows, step_phase = device_rows[in_step], device_phase[in_step]
+        device_sets = {phase: _union(step_rows[step_phase == i], ts, end) for i, phase in enumerate(PHASES)}
+        busy = _union(step_rows, ts, end)
         device = _split(device_sets, None, busy)
         result_steps.append(
             {"step": name, "host_us": _us(window[1] - window[0])}
