@@ -49,7 +49,8 @@ def test_ruler_ticks_read_in_the_unit_of_the_window(page, server: Server, window
         screenshot(page, "trace-ruler-ms")
 
 
-def _zoom_in(page, previous: dict) -> dict:
+def zoom_in(page, previous: dict) -> dict:
+    """Ctrl + wheel over the timeline; the new window once drawn and in the URL (its history entry)."""
     box = page.get_by_test_id("timeline").bounding_box()
     page.mouse.move(box["x"] + 700, box["y"] + 200)
     page.keyboard.down("Control")
@@ -75,8 +76,8 @@ def test_back_and_forward_restore_a_zoom_without_a_reload(page, server: Server) 
     opened = wait_drawn(page)["view"]
     page.wait_for_function("() => new URLSearchParams(location.search).has('start_us')")
     page.evaluate("() => { window.__sameDocument = true; }")
-    first = _zoom_in(page, opened)
-    second = _zoom_in(page, first)
+    first = zoom_in(page, opened)
+    second = zoom_in(page, first)
     assert second["end"] - second["start"] < first["end"] - first["start"] < opened["end"] - opened["start"]
 
     page.go_back()
