@@ -23,7 +23,8 @@ from .support import (
     screenshot,
     wait_for_plot,
 )
-from .test_trace_page import HOOK, settled, wait_drawn
+from .test_trace_page import HOOK, wait_drawn
+from .test_trace_ruler_and_history import zoom_in
 
 pytestmark = pytest.mark.browser
 
@@ -129,14 +130,8 @@ def test_back_undoes_a_zoom_on_the_trace(page, two_roots: Server) -> None:
     page.goto(f"{two_roots.url}/trace?run=nccl")
     opened = wait_drawn(page)["view"]
     page.wait_for_function("() => new URLSearchParams(location.search).has('start_us')")
-    box = page.get_by_test_id("timeline").bounding_box()
-    page.mouse.move(box["x"] + 700, box["y"] + 200)
-    page.keyboard.down("Control")
-    page.mouse.wheel(0, -400)
-    page.keyboard.up("Control")
-    zoomed = settled(page, opened)["view"]
+    zoomed = zoom_in(page, opened)
     assert zoomed["end"] - zoomed["start"] < opened["end"] - opened["start"]
-    page.wait_for_function("(e) => Number(new URLSearchParams(location.search).get('end_us')) < e", arg=opened["end"])
     page.go_back()
     again = wait_drawn(page)["view"]
     assert again == pytest.approx(opened, abs=1e-3)

@@ -1,4 +1,5 @@
-// plotly.js helpers (loaded on demand from /static/vendor/plotly.min.js as window.Plotly; no CDN).
+// plotly.js helpers (loaded on demand from /static/vendor/plotly.min.js as window.Plotly: a partial bundle of
+// the trace types the pages draw, scripts/build_plotly_bundle.sh; no CDN).
 
 import { clear, el } from "./dom.js";
 import { middleEllipsis } from "./ellipsis.js";
@@ -52,7 +53,7 @@ export const SMALL_PLOT_CONFIG = {
 };
 
 /**
- * plotly.js (4.8 MB) is fetched and parsed only when the first chart is drawn, after the page's
+ * plotly.js (1.3 MB) is fetched and parsed only when the first chart is drawn, after the page's
  * numbers and tables are on screen; the script element is the single source of truth of the load.
  */
 export function loadPlotly() {

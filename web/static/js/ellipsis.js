@@ -24,12 +24,13 @@ function keyEnd(text) {
 /**
  * A node in three parts: the head shrinks with an ellipsis as its box narrows, the tail (the end of
  * the distinguishing part) always shows, and a template or parameter list after it is cut at the
- * right edge. Widen the box to read more; the text content and the title are the whole name.
+ * right edge (`whole`: the tail is the end of the text, as in a path). Widen the box to read more; the
+ * text content and the title are the whole name.
  * (Inline boxes, not flex items: copied text and innerText stay one line.)
  */
-export function middleEllipsis(text, { cls = "" } = {}) {
+export function middleEllipsis(text, { cls = "", whole = false } = {}) {
   const value = String(text ?? "");
-  const end = keyEnd(value);
+  const end = whole ? value.length : keyEnd(value); // whole: the end tells them apart (a path's file:line)
   const key = value.slice(0, end);
   const cut = value.length > MIN_SHORTENED && key.length > 12 ? end - Math.min(tailLength(key), key.length - 4) : end;
   const node = el(

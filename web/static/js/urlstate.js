@@ -1,7 +1,8 @@
 // Every bit of page state lives in the query string, so a pasted URL restores the same view.
 // A user's action (sort, grouping, zoom, a chosen step...) adds a history entry (`push`), an
 // incidental change (defaults written back, a debounced echo) replaces the current one; Back and
-// Forward then reload the page from the URL they land on, which restores that state.
+// Forward then reload the page from the URL they land on, which restores that state, unless the page
+// shows that URL's state in place (`showOnHistoryMove`: the Trace view's zoom, without a reload).
 
 // Parameters renamed so that one meaning has one name on every page and in the API (docs/ARCHITECTURE.md,
 // "Parameter names"), by page path: old name -> new name. A link written before keeps working: its old
@@ -30,10 +31,18 @@ function renameOldParams() {
 renameOldParams();
 
 let shownSearch = location.search; // the query the page shows; a popstate to another one reloads
+let showInPlace = null;
 
 window.addEventListener("popstate", () => {
-  if (location.search !== shownSearch) location.reload();
+  if (location.search === shownSearch) return;
+  if (showInPlace?.(readParams())) shownSearch = location.search;
+  else location.reload();
 });
+
+/** Back / Forward call show(params) first: it shows that state in place and returns true, or false to reload. */
+export function showOnHistoryMove(show) {
+  showInPlace = show;
+}
 
 export function readParams() {
   return Object.fromEntries(new URLSearchParams(location.search));

@@ -6,11 +6,15 @@
 import { getJSON, isAbort, loadView } from "../api.js";
 import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
+import { middleEllipsis } from "../ellipsis.js";
 import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showStorageBanner, showViewError, unknownRunBox, updateNavLinks } from "../selector.js";
 import { emptyState, errorBox, loading } from "../status.js";
 import { renderTable, sortRows } from "../table.js";
 import { readParams, updateUrl, withQuery } from "../urlstate.js";
+
+// The page's own state changes a user makes (device, zoom, moment, allocation, sort...): Back undoes them.
+const USER_ACTION = { push: true };
 
 const params = readParams();
 const statusEl = byId("status");
@@ -215,7 +219,7 @@ class ProfilerMemory {
       deviceSelect(data.devices.map((d) => ({ value: d, label: d })), data.device, "Device", (next) => {
         this.device = next;
         this.window = { start: null, end: null };
-        updateUrl({ device: next, start_us: null, end_us: null });
+        updateUrl({ device: next, start_us: null, end_us: null }, USER_ACTION);
         this.load();
       }),
       windowed
@@ -266,7 +270,7 @@ class ProfilerMemory {
       testid: `${param.replace("_sort", "")}-table`,
       onSort: (next) => {
         this[field] = next;
-        updateUrl({ [param]: next });
+        updateUrl({ [param]: next }, USER_ACTION);
         this.drawTable(target, rows, columns, param, field, emptyText);
       },
     });
@@ -315,7 +319,7 @@ class ProfilerMemory {
 
   setWindow(startUs, endUs) {
     this.window = { start: startUs === null ? null : Math.max(0, startUs), end: endUs };
-    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) });
+    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) }, USER_ACTION);
     this.load();
   }
 }
@@ -326,7 +330,8 @@ const TOP_COLUMNS = [
   { key: "addr", label: "Address", cls: "mono" },
   { key: "stream", label: "Stream", num: true, format: fmtInt },
   { key: "alloc_at_us", label: "Allocated at (\u00b5s)", num: true, format: (v, row) => (row.before_trace ? "before the trace" : fmtInt(v ?? row.alloc_entry)) },
-  { key: "top_frames", label: "Where (innermost Python frames)", cls: "frames", format: (v) => (v && v.length ? v.slice(0, 2).map(shortFrame).join("\n") : DASH) },
+  { key: "top_frames", label: "Where (innermost Python frames)", cls: "frames", format: (v) => (v && v.length ? v.slice(0, 2).map(shortFrame).join("\n") : DASH),
+    cell: (row) => (row.top_frames?.length ? row.top_frames.slice(0, 2).map((frame) => middleEllipsis(shortFrame(frame), { whole: true })) : DASH) },
 ];
 
 // The names of a snapshot timeline's window, by the timeline's axis (as /api/memory/snapshot/timeline's)
@@ -394,7 +399,7 @@ class SnapshotMemory {
       { class: "segmented", role: "group", "aria-label": "Moment" },
       ["peak", "end"].map((m) =>
         el("button", { type: "button", "aria-pressed": String(this.moment === m), text: m === "peak" ? "at the peak" : "at snapshot time",
-          onclick: () => { this.moment = m; updateUrl({ moment: m === "peak" ? null : m }); this.loadLive(); } }),
+          onclick: () => { this.moment = m; updateUrl({ moment: m === "peak" ? null : m }, USER_ACTION); this.loadLive(); } }),
       ),
     );
     clear(
@@ -422,21 +427,21 @@ class SnapshotMemory {
       this.oomEl,
       el("div", { class: "grid mem-live" },
         el("section", { class: "panel" }, el("h2", {}, "Largest live allocations ", momentButtons), this.topEl),
-        el("section", { class: "panel" }, el("h2", {}, "Live bytes by call stack", el("span", { class: "sub", text: "from the outermost frame (centre) inwards" })), this.sunburstNote = el("div", { class: "muted small" }), this.sunburstEl)),
+        el("section", { class: "panel" }, el("h2", {}, "Live bytes by call stack", el("span", { class: "sub", text: "from the outermost frame (centre) inwards" })), this.sunburstNote = el("div", { class: "muted small frames-note" }), this.sunburstEl)),
       el("section", { class: "panel" }, el("h2", {}, "Allocator state at snapshot time", el("span", { class: "sub", text: "segments and their blocks" })), this.segmentsEl),
     );
     this.loadTimeline();
     this.loadLive();
     this.loadSegments();
     this.loadOom();
-    if (this.pinned !== null) this.pin(this.pinned);
+    if (this.pinned !== null) this.pin(this.pinned, { restoring: true });
   }
 
   showDevice(device) {
     this.device = device;
     this.openOnOom = false;
     this.window = { start: null, end: null };
-    updateUrl({ device, ...this.windowUrl(null, null, WINDOW_NAMES.time_us), allocation: null });
+    updateUrl({ device, ...this.windowUrl(null, null, WINDOW_NAMES.time_us), allocation: null }, USER_ACTION);
     this.render();
   }
 
@@ -537,7 +542,7 @@ class SnapshotMemory {
             const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
             this.window = { start: range[0], end: range[1] };
           }
-          updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames));
+          updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames), USER_ACTION);
           this.loadTimeline();
         });
         chart.addEventListener("mousemove", (event) => this.hover(event));
@@ -606,9 +611,10 @@ class SnapshotMemory {
     this.tooltip.hidden = false;
   }
 
-  async pin(id) {
+  /** Show an allocation's details; a click adds a history entry, restoring the URL's `allocation` does not. */
+  async pin(id, { restoring = false } = {}) {
     this.pinned = id;
-    updateUrl({ allocation: id });
+    updateUrl({ allocation: id }, { push: !restoring });
     clear(this.detail, loading());
     let detail;
     try {
@@ -622,7 +628,7 @@ class SnapshotMemory {
     const allocated = detail.before_trace ? "allocated before the trace began" : `allocated at ${at(detail.alloc_at_us, detail.alloc_entry)}`;
     clear(
       this.detail,
-      el("h3", {}, `Allocation ${detail.addr} \u00b7 ${fmtBytes(detail.size)}`, el("button", { type: "button", class: "link", text: "close", onclick: () => { clear(this.detail); updateUrl({ allocation: null }); } })),
+      el("h3", {}, `Allocation ${detail.addr} \u00b7 ${fmtBytes(detail.size)}`, el("button", { type: "button", class: "link", text: "close", onclick: () => { clear(this.detail); updateUrl({ allocation: null }, USER_ACTION); } })),
       el("div", { class: "muted", text: `stream ${detail.stream} \u00b7 ${allocated} \u00b7 ${freed}` }),
       frameList(detail.frames),
     );
@@ -727,7 +733,7 @@ class SnapshotMemory {
             stat("Live allocations", fmtInt(oom.live_count))),
           oom.entries_after ? el("p", { class: "muted", text: `The trace goes on for ${fmtInt(oom.entries_after)} allocations/frees after this OOM, so the cached blocks shown are those at snapshot time.` }) : null,
           frameList(oom.frames, "oom-frames", "No stack was recorded for this request."),
-          el("div", { class: "mem-table" }, ...oom.largest_live.map((a) => el("div", { class: "oom-live" }, `${fmtBytes(a.size)} ${a.addr} `, el("span", { class: "muted", text: a.top_frames[0] || "" })))),
+          el("div", { class: "mem-table" }, ...oom.largest_live.map((a) => el("div", { class: "oom-live" }, el("span", { text: `${fmtBytes(a.size)} ${a.addr}` }), middleEllipsis(a.top_frames[0] || "", { cls: "muted", whole: true })))),
         ),
       ),
     );
@@ -812,7 +818,7 @@ class MemoryLogView {
       "span",
       { class: "segmented", role: "group", "aria-label": "Category" },
       data.sunbursts.map((s) => el("button", { type: "button", "aria-pressed": String(s.category === this.category), text: s.label, dataset: { category: s.category },
-        onclick: () => { this.category = s.category; updateUrl({ category: s.category }); this.loadLayers(); } })),
+        onclick: () => { this.category = s.category; updateUrl({ category: s.category }, USER_ACTION); this.loadLayers(); } })),
     );
     clear(
       root,
@@ -869,7 +875,7 @@ class MemoryLogView {
 
   setWindow(startUs, endUs) {
     this.window = { start: startUs === null ? null : Math.max(0, startUs), end: endUs };
-    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) });
+    updateUrl({ start_us: this.window.start === null ? null : this.window.start.toFixed(3), end_us: endUs === null ? null : endUs.toFixed(3) }, USER_ACTION);
     this.load();
   }
 
@@ -942,6 +948,11 @@ function bandBottomAt(band, x) {
   return band.y[lo];
 }
 
+/** A frame's file and line, cut in the middle so the file name and line stay in sight; all of it on hover. */
+function framePath(frame) {
+  return middleEllipsis(`${frame.filename}:${frame.line}`, { cls: "frame-path", whole: true });
+}
+
 function frameList(frames, testid = "allocation-frames", emptyText = "No stack was recorded for this allocation.") {
   if (!frames.length) return el("p", { class: "muted", text: emptyText });
   return el(
@@ -949,10 +960,10 @@ function frameList(frames, testid = "allocation-frames", emptyText = "No stack w
     { class: "frames", "data-testid": testid },
     frames.map((f) =>
       el("li", {},
-        el("span", { class: "func", text: f.name }), " ",
+        middleEllipsis(f.name, { cls: "func" }),
         f.links && f.links.view
-          ? el("a", { href: f.links.view, class: "frame-link", text: `${f.filename}:${f.line}` })
-          : el("span", { class: "muted", text: `${f.filename}:${f.line}` }),
+          ? el("a", { href: f.links.view, class: "frame-link" }, framePath(f))
+          : el("span", { class: "muted" }, framePath(f)),
         f.links && f.links.external ? el("a", { href: f.links.external, class: "external", text: " \u2197", title: "Open in your editor / repository" }) : null),
     ),
   );

@@ -6,13 +6,13 @@ import { getJSON, isAbort, loadView } from "../api.js";
 import { byId, clear, debounce, el } from "../dom.js";
 import { errorBox } from "../status.js";
 import { initSelector, showViewError } from "../selector.js";
-import { readParams, updateUrl, withQuery } from "../urlstate.js";
+import { readParams, showOnHistoryMove, updateUrl, withQuery } from "../urlstate.js";
 import { renderRangeSummary, renderSliceDetails } from "../timeline/details.js";
 import { groupedTracks, trackKey, trackKind, trackShown, visibleTrackIds } from "../timeline/layout.js";
 import { openInPerfetto } from "../timeline/perfetto.js";
 import { parseState, stateParams } from "../timeline/state.js";
 import { TimelineView } from "../timeline/view.js";
-import { fmtTime } from "../timeline/viewport.js";
+import { fmtTime, rulerTicks } from "../timeline/viewport.js";
 
 const URL_DEBOUNCE_MS = 150;
 const SEARCH_DEBOUNCE_MS = 300;
@@ -38,6 +38,15 @@ function sectionLabel(section, state) {
   if (section.error) parts.push("could not be read");
   return parts.join(" \u00b7 ");
 }
+
+/** The same ranks on the same axis: the sections (built once) can show the other state in place. */
+function sameRanks(state, next) {
+  const same = (a, b) => a.length === b.length && a.every((item, i) => item === b[i]);
+  return same(state.workers, next.workers) && state.align === next.align
+    && state.workers.every((w) => (state.offsets[w] || 0) === (next.offsets[w] || 0));
+}
+
+const sameSlice = (a, b) => (a && b ? a.worker === b.worker && a.span === b.span && a.id === b.id : a === b);
 
 /** A layout key ("2", "2.g1") of a rank, for its position among `after`; null when the rank is gone. */
 function renumberKey(key, before, after) {
@@ -150,6 +159,7 @@ class TracePage {
       drawnSlices: (index, trackId) => page.view.drawnSlices(index, trackId),
       rowTop: (index, trackId) => page.view.rowTop(index, trackId),
       rows: () => page.view.rowBoxes(),
+      ruler: () => rulerTicks(page.state.view, page.view.timeWidth()).ticks.map(({ t, label }) => ({ t, label })),
       get height() {
         return page.view.height;
       },
@@ -195,10 +205,13 @@ class TracePage {
     const label = () => (this.state.stacks === "full" ? "Fold stacks" : "Unfold stacks");
     const button = el("button", { type: "button", "data-testid": "stacks-toggle", text: label(),
       title: "CPU / Python stacks deeper than a few levels are folded; click a track's label for one track" });
+    this.showStacksLabel = () => {
+      button.textContent = label();
+    };
     button.addEventListener("click", () => {
       this.state.stacks = this.state.stacks === "full" ? "folded" : "full";
       this.state.unfolded.clear();
-      button.textContent = label();
+      this.showStacksLabel();
       this.view.refresh();
     });
     return button;
@@ -321,6 +334,38 @@ class TracePage {
   }
 
   // ---- state changes -----------------------------------------------------------------------
+  /**
+   * Back / Forward within this trace: the window, folds, tracks, selection, range and search of the URL
+   * landed on, shown without a reload (false when it shows other traces or ranks: the page reloads).
+   */
+  showState(params) {
+    const next = parseState(params);
+    const { run, worker, span } = this.selection;
+    const sameTrace = (params.run ?? run) === run && (params.worker ?? worker) === worker && (params.span ?? span) === span;
+    if (!sameTrace || !sameRanks(this.state, next)) return false;
+    this.settled = false; // showing a history entry adds none
+    Object.assign(this.state, { collapsed: next.collapsed, hidden: next.hidden, unfolded: next.unfolded, stacks: next.stacks,
+      compact: next.compact, keepLike: new Set(), range: next.range });
+    this.showStacksLabel();
+    if (this.compactBox) this.compactBox.checked = next.compact;
+    this.syncPicker();
+    this.view.refresh();
+    this.view.setView(next.view || this.view.bounds());
+    this.summarize(next.range);
+    if (!sameSlice(this.state.selected, next.selected)) {
+      const section = next.selected && this.sections.find((s) => s.worker === next.selected.worker && s.span === next.selected.span && s.info);
+      this.select(section || null, section ? next.selected.id : null, false);
+    }
+    if (next.query !== this.state.query || next.match !== this.state.match) {
+      Object.assign(this.state, { query: next.query, match: next.match });
+      this.searchInput.value = next.query;
+      this.runSearch({ go: false });
+    }
+    updateUrl(stateParams(this.state)); // the entry reads what is shown (a window clamped to the trace)
+    this.settled = true;
+    return true;
+  }
+
   changed() {
     this.syncUrl();
     this.updateDownload();
@@ -531,6 +576,7 @@ async function main() {
   await page.restore();
   updateUrl(stateParams(page.state)); // what the link asked for, completed: replaces, then user actions push
   page.settled = true;
+  showOnHistoryMove((params) => page.showState(params));
 }
 
 main();

@@ -1,6 +1,8 @@
 // Time <-> pixel math of the timeline: the visible window, zoom and pan, and the time ruler's ticks.
 // Times are microseconds on the page's common axis (the first rank's trace origin is 0).
 
+import { timeUnit } from "../format.js";
+
 export const MIN_SPAN_US = 0.01; // 10 ns: below that, slices are single nanoseconds anyway
 
 /** x (CSS px from the left of the time area) of time `t`. */
@@ -69,20 +71,24 @@ export function fmtTime(us, digits = 3) {
   return `${Number(value.toFixed(digits))} ${unit.label}`;
 }
 
-/** Ruler ticks for a window: a 1-2-5 step giving about one label per `spacingPx`. */
+/**
+ * Ruler ticks for a window: a 1-2-5 step giving about one label per `spacingPx`. Labels are times on the
+ * page's axis in the unit the window's largest time reads best in, like every other time axis
+ * (docs/definitions.md §17): "606.5 ms", not "606500 µs"; with the decimals the step needs.
+ */
 export function rulerTicks(view, widthPx, spacingPx = 110) {
   const span = view.end - view.start;
   const raw = (span * spacingPx) / Math.max(widthPx, 1);
   const magnitude = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) || 10 * magnitude;
-  const unit = unitFor(step);
-  const decimals = Math.max(0, Math.ceil(-Math.log10(step / unit.us) - 1e-9));
+  const unit = timeUnit(Math.max(Math.abs(view.start), Math.abs(view.end)));
+  const decimals = Math.min(Math.max(0, Math.ceil(-Math.log10(step / unit.divisor) - 1e-9)), 9);
+  const number = new Intl.NumberFormat("en-US", { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
   const ticks = [];
   const first = Math.ceil(view.start / step);
   for (let i = first; i * step <= view.end; i += 1) {
     const t = i * step;
-    const value = t / unit.us;
-    ticks.push({ t, x: xOf(view, widthPx, t), label: `${value.toFixed(Math.min(decimals, 6))} ${unit.label}` });
+    ticks.push({ t, x: xOf(view, widthPx, t), label: `${number.format(t / unit.divisor)} ${unit.label}` });
   }
   return { step, unit, ticks };
 }
