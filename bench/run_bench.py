@@ -92,14 +92,18 @@ def timed(command: list[str]) -> dict:
     to other work on the machine), peak RSS of the largest process (GNU time), the peak of all its
     processes together (sampled every 50 ms from /proc: helpers count too) and the load average."""
     load_before = os.getloadavg()[0]
-    process = subprocess.Popen(
-        ["/usr/bin/time", "-v", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    tree_peak_kb = 0
-    while process.poll() is None:
-        tree_peak_kb = max(tree_peak_kb, _tree_rss_kb(process.pid))
-        time.sleep(0.05)
-    stdout, report = process.communicate()
+    # output to files, not pipes: a tool that logs more than a pipe holds (torch-tb-profiler on the nsres
+    # traces) would block on a pipe nobody reads while the loop below samples memory
+    with tempfile.TemporaryDirectory(prefix="timed-") as folder:
+        out, err, timing = (Path(folder) / name for name in ("stdout", "stderr", "time"))
+        with open(out, "w") as stdout_file, open(err, "w") as stderr_file:
+            process = subprocess.Popen(["/usr/bin/time", "-v", "-o", str(timing), *command],
+                                       stdout=stdout_file, stderr=stderr_file)  # fmt: skip
+            tree_peak_kb = 0
+            while process.poll() is None:
+                tree_peak_kb = max(tree_peak_kb, _tree_rss_kb(process.pid))
+                time.sleep(0.05)
+        stdout, report = out.read_text(errors="replace"), timing.read_text() + err.read_text(errors="replace")[-4000:]
     completed = subprocess.CompletedProcess(command, process.returncode, stdout, report)
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", report)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", report)
