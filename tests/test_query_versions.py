@@ -96,7 +96,7 @@ def test_a_bumped_query_is_recomputed_alone_from_the_stored_tables(
     before = _file_stamps(entry)
     calls: Counter = Counter()
     _refuse_parsing(monkeypatch, calls)
-    trace_queries = [query for query in queries("trace") if query is not OVERVIEW]
+    trace_queries = [query for query in queries("trace") if query is not OVERVIEW and query.at_ingest]
     others = [dataclasses.replace(query, build=_counted(calls, query.name, query.build)) for query in trace_queries]
     store = Store(cache, [*others, _bumped(calls)])
 
@@ -136,3 +136,23 @@ def test_the_server_answers_a_bumped_query_without_parsing(
         assert response.json()["formula"] == "changed"
         assert client.get("/api/runs").json()["runs"][0]["state"] == "ready"
         assert state.ingest.counters["ingested"] == 0 and calls == Counter({"overview": 1})
+
+
+def test_a_query_left_to_the_first_request_is_computed_then_once_without_parsing(
+    parsed: tuple[TraceFile, TraceCache], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries declared ``at_ingest=False`` (the Operator page filtered to a module) cost the ingest nothing:
+    the first request computes them from the stored tables, later ones read the stored result."""
+    trace, cache = parsed
+    on_demand = [query for query in queries("trace") if not query.at_ingest]
+    assert {query.name for query in on_demand} == {"operators.modules", "operators.stacks.modules"}
+    assert all(cache.read_view(trace.cache_key, query.stored_name) is None for query in on_demand)
+    calls: Counter = Counter()
+    _refuse_parsing(monkeypatch, calls)
+    store = Store(cache, [dataclasses.replace(q, build=_counted(calls, q.name, q.build)) for q in on_demand])
+    for query in on_demand:
+        first = store.result(trace.cache_key, query.name)
+        assert first is not None and "applies" in orjson.loads(first)
+        assert store.result(trace.cache_key, query.name) == first
+        assert cache.read_view(trace.cache_key, query.stored_name) == first
+    assert calls == Counter({query.name: 1 for query in on_demand}), "each computed once; nothing parsed"

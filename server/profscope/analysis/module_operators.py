@@ -25,7 +25,7 @@ PATH_SEPARATOR = " \u203a "
 _STACK_TIMES = ("host_self_ns", "host_total_ns", "device_self_ns", "device_total_ns")
 
 
-@payload("operators.modules", version=1)
+@payload("operators.modules", version=1, at_ingest=False)
 def operators_by_module(context: TraceContext) -> dict[str, Any]:
     """Per module row: its own operator calls by (name, input shape), and its own share of the time accounting."""
     tables, tree = context.tables, context.tree
@@ -70,7 +70,7 @@ def _owners(context: TraceContext, modules: ModuleRows) -> np.ndarray:
     return context.memo("operator_owners", lambda: operator_owners(context.tables, context.tree, modules))
 
 
-@payload("operators.stacks.modules", version=1)
+@payload("operators.stacks.modules", version=1, at_ingest=False)
 def stacks_by_module(context: TraceContext) -> dict[str, Any]:
     """Per module row: its own operator calls by (name, input shape, call stack), with their times."""
     tables, tree = context.tables, context.tree

@@ -55,7 +55,7 @@ class IngestRequest:
             max_trace_bytes=max_trace_bytes,
             kind=file.kind,
             max_snapshot_bytes=max_snapshot_bytes,
-            queries=tuple(query for query in queries if query.kind == _QUERY_KIND.get(file.kind)),
+            queries=tuple(q for q in queries if q.at_ingest and q.kind == _QUERY_KIND.get(file.kind)),
         )
 
 
