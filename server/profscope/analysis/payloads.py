@@ -31,6 +31,8 @@ class Query:
     version: int
     build: Callable[[Any], Any]
     kind: str = "trace"  # "trace" (receives a TraceContext) or "snapshot" (receives SnapshotTables)
+    # computed before the other queries of its file: its page answers while the slower ones are still computed
+    first: bool = False
 
     @property
     def stored_name(self) -> str:
@@ -47,11 +49,12 @@ class Query:
             return {"error": error}, error
 
 
-def payload(name: str, version: int = 1, kind: str = "trace") -> Callable[[Builder], Builder]:
-    """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes."""
+def payload(name: str, version: int = 1, kind: str = "trace", first: bool = False) -> Callable[[Builder], Builder]:
+    """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes.
+    ``first``: the ingest computes it before the queries without the flag (the Overview, a rank's summary)."""
 
     def declare(function: Builder) -> Builder:
-        function.query = Query(name, version, function, kind)  # type: ignore[attr-defined]
+        function.query = Query(name, version, function, kind, first)  # type: ignore[attr-defined]
         return function
 
     return declare

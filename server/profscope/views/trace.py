@@ -242,4 +242,4 @@ def export(
     )
 
 
-VIEW = View("trace", "Trace", router)
+VIEW = View("trace", "Trace", router, stored=("timeline",))
