@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from local_http import free_port, get
+from local_http import free_port, get, stop_server
 from run_bench import OUT, _tree_rss_kb, timed, tool_command, uncompressed_mb
 
 POLL_S = 0.02
@@ -67,12 +67,7 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict
             time.sleep(POLL_S)
         return {"error": f"not every view ready after {timeout_s} s"}
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
 
 
 def _place(trace: Path, destination: Path) -> None:
