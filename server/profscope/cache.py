@@ -1,8 +1,8 @@
 """On-disk cache of parsed traces: tables, view payloads and remembered failures, per cache key.
 
-Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, progress.json, summary.json,
-origin.json}`` or ``<cache key>/error.json``. Every write goes through a temporary name and ``os.replace``,
-so a reader (or a restarted server) never sees half a result.
+Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json, origin.json}``
+(``progress.json`` while it is being written) or ``<cache key>/error.json``. Every write goes through a
+temporary name and ``os.replace``, so a reader (or a restarted server) never sees half a result.
 
 An entry is complete once ``summary.json`` is written (last). While the worker is still computing, the
 manifest ``progress.json`` lists what is finished: ``facts`` (what the parse found, written once the
@@ -107,7 +107,10 @@ class TraceCache:
             return None
 
     def write_summary(self, cache_key: str, summary: dict[str, Any]) -> None:
+        """Mark the entry complete; its manifest is no longer read, and a complete entry holds none (a shared
+        cache bundle holds exactly the files of a complete entry)."""
         write_atomic(self.directory(cache_key) / "summary.json", dumps(summary))
+        (self.directory(cache_key) / "progress.json").unlink(missing_ok=True)
 
     def write_error(self, cache_key: str, error: dict[str, Any]) -> None:
         write_atomic(self.directory(cache_key) / "error.json", dumps(error))
