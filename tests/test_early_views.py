@@ -44,9 +44,11 @@ def test_overview_and_distributed_answer_while_the_slower_views_are_computed(tmp
     root = tmp_path / "roots"
     shutil.copytree(corpus_file(TRACE_FILTER), root / "filter")
     with running_server([root], tmp_path / "cache", workers=2) as base:
-        early_overview = wait_for(lambda: (r := _get(base, "/api/overview", run="filter")).status_code == 200 and r)
+        early_overview = wait_for(
+            lambda: (r := _get(base, "/api/overview", run="filter")).status_code == 200 and r, timeout=180
+        )
         early_distributed = wait_for(
-            lambda: (r := _get(base, "/api/distributed", run="filter")).status_code == 200 and r
+            lambda: (r := _get(base, "/api/distributed", run="filter")).status_code == 200 and r, timeout=180
         )
         run = _run(base)
         assert run["state"] == "parsing"
@@ -58,7 +60,7 @@ def test_overview_and_distributed_answer_while_the_slower_views_are_computed(tmp
         assert _get(base, "/api/timeline/tracks", run="filter").status_code == 202
 
         held.touch()
-        wait_for(lambda: _run(base)["state"] == "ready", timeout=120)
+        wait_for(lambda: _run(base)["state"] == "ready", timeout=180)
         run = _run(base)
         assert set(run["view_states"].values()) == {"ready"}
         assert _get(base, "/api/operators", run="filter").status_code == 200

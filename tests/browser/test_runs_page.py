@@ -113,7 +113,7 @@ def test_a_view_link_says_computing_until_its_results_are_there(page, tmp_path, 
     try:
         page.goto(held.url + "/")
         run = page.locator('tr[data-run="trace_filter"]')
-        run.locator('a[data-view="overview"][data-state="ready"]').wait_for()
+        run.locator('a[data-view="overview"][data-state="ready"]').wait_for(timeout=180_000)
         operators = run.locator('a[data-view="operators"]')
         assert operators.get_attribute("data-state") == "computing"
         assert "computing\u2026" in operators.inner_text()
