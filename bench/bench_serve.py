@@ -9,7 +9,10 @@ For each trace:
   empty cache. The clock starts just before the process is started and stops at the first ``/api/runs``
   answer (polled every 20 ms) where the run's state is ``ready`` and every view of ``view_states`` says
   ``ready``; the moment each view first said so is kept too (``first_ready_s``). Peak memory is the
-  resident memory of the whole process tree (server + parse workers + their helpers), sampled from /proc.
+  resident memory of the whole process tree (server + parse workers + their helpers), sampled from /proc,
+  and its CPU seconds (user + system) at that moment. The parse workers run at the server's niceness + 10
+  (jobs.WORKER_NICENESS), so on a busy machine they get less CPU than a peer at the server's niceness:
+  compare CPU seconds too.
 - the peers: ``bench/reference/timed_peer.py tbprof|hta FILE`` under /opt/refvenv, whole process timed
   with ``/usr/bin/time -v`` (wall clock, peak RSS), exactly as ``run_bench.py`` runs them.
 
@@ -62,12 +65,35 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict
                     if state == "ready":
                         first_ready.setdefault(view, round(now, 3))
                 if _every_view_ready(run):
-                    return {"wall_s": now, "peak_tree_rss_mb": peak_kb / 1024, "load_1min": _span(loads),
-                            "first_ready_s": first_ready, "views": run.get("views", [])}  # fmt: skip
+                    return {"wall_s": now, "cpu_s": _tree_cpu_s(server.pid), "peak_tree_rss_mb": peak_kb / 1024,
+                            "load_1min": _span(loads), "first_ready_s": first_ready,
+                            "views": run.get("views", [])}  # fmt: skip
             time.sleep(POLL_S)
         return {"error": f"not every view ready after {timeout_s} s"}
     finally:
         stop_server(server)
+
+
+def _tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants, each with its reaped children's
+    (the decoding helper a worker waits for), from /proc: steadier than wall time on a busy machine."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = sum(int(value) for value in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+    total, pending = 0.0, [root_pid]
+    while pending:
+        pid = pending.pop()
+        total += cpu.get(pid, 0.0)
+        pending.extend(children.get(pid, []))
+    return total
 
 
 def _place(trace: Path, destination: Path) -> None:
@@ -159,17 +185,19 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         by_input.setdefault(row["input"], {})[row["tool"]] = row
     lines = [
-        "| input | unc. MB | profscope serve: every view s | first view (overview) s | all processes peak MB "
-        "| tb-profiler s | tb peak MB | HTA s | HTA peak MB | tb / profscope | HTA / profscope | load (1 min) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| input | unc. MB | profscope serve: every view s | first view (overview) s | profscope CPU s "
+        "| all processes peak MB | tb-profiler s | tb CPU s | tb peak MB | HTA s | HTA CPU s | HTA peak MB "
+        "| tb / profscope | HTA / profscope | load (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, tools in by_input.items():
         ours, tb, hta = (tools.get(t) or {} for t in ("profscope serve", *PEERS))
         size = next(t["uncompressed_mb"] for t in tools.values())
         loads = [x for t in tools.values() for x in t.get("load_1min", [])]
         lines.append(
-            f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_mb(ours, 'peak_tree_rss_mb')} "
-            f"| {_seconds(tb)} | {_mb(tb, 'peak_rss_mb')} | {_seconds(hta)} | {_mb(hta, 'peak_rss_mb')} "
+            f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_cpu(ours)} "
+            f"| {_mb(ours, 'peak_tree_rss_mb')} | {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
+            f"| {_seconds(hta)} | {_cpu(hta)} | {_mb(hta, 'peak_rss_mb')} "
             f"| {_ratio(tb, ours)} | {_ratio(hta, ours)} | {min(loads, default=0):.1f}-{max(loads, default=0):.1f} |"
         )
     return "\n".join(lines)
@@ -179,6 +207,10 @@ def _seconds(row: dict) -> str:
     if not row:
         return "—"
     return "failed" if "error" in row else f"{row['wall_s']:.2f}"
+
+
+def _cpu(row: dict) -> str:
+    return f"{row['cpu_s']:.1f}" if row.get("cpu_s") is not None else "—"
 
 
 def _first_view(row: dict) -> str:
