@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from local_http import free_port, get, stop_server
-from run_bench import OUT, _tree_rss_kb, timed, tool_command, uncompressed_mb
+from run_bench import OUT, _tree_rss_kb, timed, tool_command, tree_total, uncompressed_mb
 
 POLL_S = 0.02
 PEERS = ("torch-tb-profiler", "HTA")
@@ -78,22 +78,7 @@ def _tree_cpu_s(root_pid: int) -> float:
     """User + system CPU seconds of a process and its live descendants, each with its reaped children's
     (the decoding helper a worker waits for), from /proc: steadier than wall time on a busy machine."""
     ticks = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(stat.parent.name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        cpu[pid] = sum(int(value) for value in fields[11:15]) / ticks  # utime, stime, cutime, cstime
-    total, pending = 0.0, [root_pid]
-    while pending:
-        pid = pending.pop()
-        total += cpu.get(pid, 0.0)
-        pending.extend(children.get(pid, []))
-    return total
+    return tree_total(root_pid, lambda fields: sum(int(v) for v in fields[11:15]) / ticks)  # utime..cstime
 
 
 def _place(trace: Path, destination: Path) -> None:
