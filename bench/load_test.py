@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from local_http import free_port
+from local_http import free_port, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO.parent / "shared" / "corpus")).resolve()
@@ -105,15 +105,6 @@ def start_server(roots: list[Path], work: Path, workers: int) -> tuple[subproces
     ]
     log = (work / "server.log").open("w")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), f"http://127.0.0.1:{port}"
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:

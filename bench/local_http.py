@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -23,3 +24,13 @@ def get(url: str) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Stop a server the benchmark started: SIGTERM, then SIGKILL if it has not exited after 20 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,10 +68,10 @@ def scaled_trace(family: str, size: str) -> Path:
     return path
 
 
-def _tree_rss_kb(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc."""
+def tree_total(root_pid: int, value: Callable[[list[str]], float]) -> float:
+    """The sum of ``value(fields of /proc/PID/stat after the name)`` over a process and all its descendants."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    values: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -78,13 +79,19 @@ def _tree_rss_kb(root_pid: int) -> int:
             continue
         pid = int(stat.parent.name)
         children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(fields[21]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-    total, pending = 0, [root_pid]
+        values[pid] = value(fields)
+    total, pending = 0.0, [root_pid]
     while pending:
         pid = pending.pop()
-        total += rss.get(pid, 0)
+        total += values.get(pid, 0.0)
         pending.extend(children.get(pid, []))
     return total
+
+
+def _tree_rss_kb(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants, from /proc."""
+    page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+    return int(tree_total(root_pid, lambda fields: int(fields[21]) * page_kb))
 
 
 def timed(command: list[str]) -> dict:

@@ -1,8 +1,14 @@
 """On-disk cache of parsed traces: tables, view payloads and remembered failures, per cache key.
 
-Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json, origin.json}`` or
-``<cache key>/error.json``. Every write goes through a temporary name and ``os.replace``, so a
-reader (or a restarted server) never sees half a result.
+Layout: ``<cache_dir>/traces/<cache key>/{tables/, views/<payload>.json, summary.json, origin.json}``
+(``progress.json`` while it is being written) or ``<cache key>/error.json``. Every write goes through a
+temporary name and ``os.replace``, so a reader (or a restarted server) never sees half a result.
+
+An entry is complete once ``summary.json`` is written (last). While the worker is still computing, the
+manifest ``progress.json`` lists what is finished: ``facts`` (what the parse found, written once the
+tables are saved) and ``views`` (each result written so far, in order, added after its file is written).
+A result in that list is served before the entry is complete: it and the tables it was computed from are
+whole (see ``Store.result``).
 """
 
 from __future__ import annotations
@@ -70,6 +76,27 @@ class TraceCache:
     def is_ready(self, cache_key: str) -> bool:
         return self.summary(cache_key) is not None
 
+    def progress(self, cache_key: str) -> dict[str, Any] | None:
+        """The manifest of an entry being written: ``{"facts": {...}, "views": [stored names finished]}``."""
+        return self._read_json(self.directory(cache_key) / "progress.json")
+
+    def write_progress(self, cache_key: str, progress: dict[str, Any]) -> None:
+        write_atomic(self.directory(cache_key) / "progress.json", dumps(progress))
+
+    def facts(self, cache_key: str) -> dict[str, Any] | None:
+        """What the parse of the file found (events, kernels, format, distributedInfo...): from its summary once
+        complete, from its manifest while its results are still being computed, None before the parse ends."""
+        summary = self.summary(cache_key)
+        if summary is not None:
+            return summary
+        progress = self.progress(cache_key)
+        return progress.get("facts") if progress else None
+
+    def finished_early(self, cache_key: str, name: str) -> bool:
+        """Whether the stored result ``name`` of an entry still being written is finished (in its manifest)."""
+        progress = self.progress(cache_key)
+        return bool(progress) and name in progress.get("views", ())
+
     def write_view(self, cache_key: str, name: str, value: Any) -> None:
         self.write_view_bytes(cache_key, name, dumps(value))
 
@@ -83,7 +110,10 @@ class TraceCache:
             return None
 
     def write_summary(self, cache_key: str, summary: dict[str, Any]) -> None:
+        """Mark the entry complete; its manifest is no longer read, and a complete entry holds none (a shared
+        cache bundle holds exactly the files of a complete entry)."""
         write_atomic(self.directory(cache_key) / "summary.json", dumps(summary))
+        (self.directory(cache_key) / "progress.json").unlink(missing_ok=True)
 
     def write_error(self, cache_key: str, error: dict[str, Any]) -> None:
         write_atomic(self.directory(cache_key) / "error.json", dumps(error))

@@ -19,6 +19,7 @@ from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
 from profscope.catalog import Run, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
+from profscope.ingest.request import QUERY_KIND
 from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, is_object_store_uri, open_source, redact
@@ -267,12 +268,16 @@ class Profscope:
         errors += [{"file": f.key, "message": f.refusal} for f in run.files if f.refusal]
         ranks = self.job_ranks(run)
         applicable = self.views_of(self.run_facts(run, traces, states, snapshots + memory_logs, ranks))
+        views = [name for name, reason in applicable.items() if reason is None]
+        every_file = traces + snapshots + memory_logs
+        files = [(f, s) for f, s in zip(every_file, every_state, strict=True) if s.state != "error"]
         return {
             "run": run.name,
             "state": state,
             "progress": done / total,
             "workers": self._readable_workers(run, traces, states, ranks.inferred),
-            "views": [name for name, reason in applicable.items() if reason is None],
+            "views": views,
+            "view_states": {name: self._view_state(name, files) for name in views},
             "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
             "files": [
@@ -295,6 +300,19 @@ class Profscope:
                 for f, s in zip(memory_logs, memory_log_states, strict=True)
             ],
         }
+
+    def _view_state(self, name: str, files: list[tuple[TraceFile, Any]]) -> str:
+        """``ready`` once every result the view reads is there for each of the run's files that has not failed
+        (a file still being computed may already have its first results: see cache.py), else ``computing``."""
+        view = next(v for v in self.views if v.name == name)
+        for file, ingest_state in files:
+            needed = [q.name for q in view.queries if q.kind == QUERY_KIND.get(file.kind)]
+            needed += list(view.stored) if file.kind in ("trace", "nsys") else []
+            if not needed and ingest_state.state != "ready":
+                return "computing"
+            if not all(self.store.available(file.cache_key, result) for result in needed):
+                return "computing"
+        return "ready"
 
     def oom_devices(self, snapshot: TraceFile) -> list[int]:
         """The devices that ran out of memory in a parsed snapshot (from its cached summary)."""
@@ -320,10 +338,9 @@ class Profscope:
         self, run: Run, traces: list[TraceFile], states: list[Any], memory_files: list[TraceFile], ranks: JobRanks
     ) -> RunFacts:
         """What the views ask of a run (``memory_files``: its snapshots and memory.log files)."""
-        parsed = [
-            self.cache.summary(t.cache_key) or {} for t, s in zip(traces, states, strict=True) if s.state == "ready"
-        ]
-        first = (self.cache.summary(traces[0].cache_key) or {}) if traces else {}
+        readable = [t for t, s in zip(traces, states, strict=True) if s.state != "error"]
+        parsed = [self.cache.facts(t.cache_key) or {} for t in readable]
+        first = (self.cache.facts(traces[0].cache_key) or {}) if traces else {}
         return RunFacts(
             traces=len(traces),
             kernels=any(summary.get("kernels") for summary in parsed),
@@ -344,7 +361,8 @@ class Profscope:
         workers = run.workers()
 
         def summaries() -> list[dict[str, Any] | None]:
+            # the parse facts, known before the views are computed (the manifest), or the summary
             firsts = [run.find(worker, spans[0]) for worker, spans in workers.items()]
-            return [self.cache.summary(t.cache_key) if t else None for t in firsts]
+            return [self.cache.facts(t.cache_key) if t else None for t in firsts]
 
         return job_ranks(list(workers), summaries)

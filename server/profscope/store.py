@@ -53,9 +53,9 @@ class Store:
         the file is not parsed yet or its entry is gone. A query the entry lacks (its version was bumped since
         the parse) is computed now from the stored tables."""
         summary = self.cache.summary(cache_key)
-        if summary is None:  # not parsed, or still being written: the summary is written last
-            return None
         query = self.queries.get(name)
+        if summary is None:  # not parsed, or still being written (the summary is written last)
+            return self._finished_early(cache_key, query.stored_name if query else name)
         if query is None:
             return self.cache.read_view(cache_key, name)
         data = self.cache.read_view(cache_key, query.stored_name)
@@ -67,10 +67,17 @@ class Store:
 
     def available(self, cache_key: str, name: str) -> bool:
         """Whether ``result`` has an answer without a parse: stored, or computable from the stored tables."""
-        if not self.cache.is_ready(cache_key):  # results are served from complete entries only (see ``result``)
-            return False
         query = self.queries.get(name)
+        if not self.cache.is_ready(cache_key):  # being written: only what its manifest lists (see ``result``)
+            return self.cache.finished_early(cache_key, query.stored_name if query else name)
         return query is not None or self.cache.view_path(cache_key, name).exists()
+
+    def _finished_early(self, cache_key: str, stored_name: str) -> bytes | None:
+        """A result of an entry still being written, once its manifest lists it: the result file was written
+        whole before it was listed, after the tables were saved (a half-written entry is never served)."""
+        if not self.cache.finished_early(cache_key, stored_name):
+            return None
+        return self.cache.read_view(cache_key, stored_name)
 
     def _recompute(self, cache_key: str, query: Query) -> bytes | None:
         with self._lock:

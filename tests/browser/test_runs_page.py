@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
-from .support import screenshot, start_server
+from .support import corpus_path, screenshot, start_server
 
 pytestmark = pytest.mark.browser
 
@@ -98,3 +100,29 @@ def test_view_links_carry_the_registry_labels(page, server):
     shown = [(link.get_attribute("href").split("?")[0].lstrip("/"), link.inner_text()) for link in links.all()]
     assert shown and all(text == nav[view] for view, text in shown), shown
     assert ("modules", "Module") in shown
+
+
+def test_a_view_link_says_computing_until_its_results_are_there(page, tmp_path, monkeypatch):
+    """The worker is held before its slower queries (PROFSCOPE_TEST_HOLD_QUERIES): the Overview's link is live
+    while the Operator view's is greyed with "computing…"; released, every link is live."""
+    gate = tmp_path / "release"
+    monkeypatch.setenv("PROFSCOPE_TEST_HOLD_QUERIES", str(gate))
+    root = tmp_path / "roots"
+    shutil.copytree(corpus_path("hta/trace_filter"), root / "trace_filter")
+    held = start_server([root], tmp_path / "cache", tmp_path / "server.log")
+    try:
+        page.goto(held.url + "/")
+        run = page.locator('tr[data-run="trace_filter"]')
+        run.locator('a[data-view="overview"][data-state="ready"]').wait_for(timeout=180_000)
+        operators = run.locator('a[data-view="operators"]')
+        assert operators.get_attribute("data-state") == "computing"
+        assert "computing\u2026" in operators.inner_text()
+        assert run.locator(".badge").inner_text().lower() == "parsing"
+        screenshot(page, "runs-views-computing")
+        gate.touch()
+        run.locator(".badge.ready").wait_for(timeout=120_000)
+        assert run.locator('a[data-state="computing"]').count() == 0
+        assert run.locator('a[data-view="operators"][data-state="ready"]').count() == 1
+    finally:
+        gate.touch()
+        held.stop()

@@ -81,6 +81,11 @@ def _settled(base: str, run: str, worker: str | None = None) -> httpx.Response |
     return response if response.status_code not in (202, 404) else None
 
 
+def _run_state(base: str, run: str) -> str | None:
+    response = httpx.get(f"{base}/api/run", params={"run": run}, timeout=10)
+    return response.json()["state"] if response.status_code == 200 else None
+
+
 def _copy_run(root: Path, run: str, source: Path, name: str) -> Path:
     (root / run).mkdir(parents=True, exist_ok=True)
     target = root / run / name
@@ -218,7 +223,9 @@ def test_a_full_cache_disk_gives_a_clear_error_then_recovers(tmp_path: Path) -> 
         _tmpfs(tmp_path / "cache", "64m") as cache,
         running_server([root], cache, "--rescan-seconds", "0.5", workers=1) as base,
     ):
-        assert wait_for(lambda: _settled(base, "first"), timeout=120).status_code == 200
+        # the whole entry written (the Overview answers before the other views are): then the disk fills
+        wait_for(lambda: _run_state(base, "first") == "ready", timeout=120)
+        assert _overview(base, "first").status_code == 200
         filler = _fill(cache)
         _copy_run(root, "second", corpus_file(TINYGPT), "w.1.pt.trace.json.gz")
         failed = wait_for(lambda: _settled(base, "second"), timeout=120)

@@ -321,6 +321,6 @@ def overview_for_step_range(context: TraceContext, step_range: str) -> dict[str,
     return {**build_overview(context.tables, context.tree, steps), "step_range": step_range}
 
 
-@payload("overview", version=3)
+@payload("overview", version=3, first=True)
 def overview_payload(context: TraceContext) -> dict[str, Any]:
     return build_overview(context.tables, context.tree, context.steps)

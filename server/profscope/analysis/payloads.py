@@ -31,6 +31,8 @@ class Query:
     version: int
     build: Callable[[Any], Any]
     kind: str = "trace"  # "trace" (receives a TraceContext) or "snapshot" (receives SnapshotTables)
+    # computed before the other queries of its file: its page answers while the slower ones are still computed
+    first: bool = False
     # computed by the ingest worker with the others; False: left to the first request that needs it (the
     # store computes it from the stored tables then), for results few users ask for that would weigh on every
     # ingest (the Operator page filtered to a module: ~9% of a 1 GB ingest with module events)
@@ -51,11 +53,15 @@ class Query:
             return {"error": error}, error
 
 
-def payload(name: str, version: int = 1, kind: str = "trace", at_ingest: bool = True) -> Callable[[Builder], Builder]:
-    """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes."""
+def payload(
+    name: str, version: int = 1, kind: str = "trace", first: bool = False, at_ingest: bool = True
+) -> Callable[[Builder], Builder]:
+    """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes.
+    ``first``: the ingest computes it before the queries without the flag (the Overview, a rank's summary).
+    ``at_ingest=False``: the ingest skips it; the store computes it at its first request."""
 
     def declare(function: Builder) -> Builder:
-        function.query = Query(name, version, function, kind, at_ingest)  # type: ignore[attr-defined]
+        function.query = Query(name, version, function, kind, first, at_ingest)  # type: ignore[attr-defined]
         return function
 
     return declare

@@ -154,6 +154,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
     parse = TABLE_PARSERS[request.kind]
+    cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
     try:
         with request.source.open(request.key) as raw:
             tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
@@ -168,14 +169,33 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     mark = time.perf_counter()
     tables.save(cache.tables_dir(request.cache_key))
     phase_s["save_tables"] = time.perf_counter() - mark
+    facts = _parse_facts(request, tables)
+    progress: dict[str, Any] = {"facts": facts, "views": []}  # the manifest: results listed as they are written
+    cache.write_progress(request.cache_key, progress)
     context = TraceContext(tables)
-    view_errors = write_query_results(cache, request, context, phase_s)
+    view_errors = write_query_results(cache, request, context, phase_s, progress)
     del context  # its call tree and caches: the timeline index needs the room
     release_freed_memory()
     mark = time.perf_counter()
     _save_timeline_index(cache, request, tables, view_errors)
+    progress["views"].append("timeline")
+    cache.write_progress(request.cache_key, progress)
     phase_s["timeline_index"] = time.perf_counter() - mark
     summary = {
+        **facts,
+        "parse_s": parse_s,
+        "phase_s": phase_s,
+        "total_s": time.perf_counter() - started,
+        "view_errors": view_errors,
+    }
+    cache.write_summary(request.cache_key, summary)
+    return summary
+
+
+def _parse_facts(request: IngestRequest, tables: Any) -> dict[str, Any]:
+    """What the parse found, known before any view is computed: the run's tabs and the Distributed view's
+    grouping read it (``Profscope.run_facts``)."""
+    return {
         "key": request.key,
         "events": int(tables.row_count("events")),
         "kernels": int(tables.row_count("kernels")),
@@ -187,13 +207,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         "device_properties": tables.meta.get("deviceProperties", []),
         "distributed": tables.meta.get("distributedInfo"),
         "process": tables.meta.get("process"),  # Paddle's: its process ids and wall-clock window (definitions §10)
-        "parse_s": parse_s,
-        "phase_s": phase_s,
-        "total_s": time.perf_counter() - started,
-        "view_errors": view_errors,
     }
-    cache.write_summary(request.cache_key, summary)
-    return summary
 
 
 def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:

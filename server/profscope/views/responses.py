@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 Number = float  # pydantic reads an int as a float; integers stay exact in JSON either way
 Row = dict[str, Any]
@@ -74,6 +74,10 @@ class RunStatus(Strict):
     progress: Number
     workers: list[WorkerSpans]
     views: list[str]
+    view_states: dict[str, Literal["ready", "computing"]] = Field(
+        description="Each view of `views`: `ready` once its results are there for every file of the run that "
+        "has not failed (the Overview comes first, before the slower views), else `computing`"
+    )
     unavailable: dict[str, str]
     errors: list[FileError]
     files: list[TraceFileState]

@@ -247,4 +247,4 @@ def export(
     )
 
 
-VIEW = View("trace", "Trace", router)
+VIEW = View("trace", "Trace", router, stored=("timeline",))

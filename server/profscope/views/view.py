@@ -37,6 +37,8 @@ def needs_a_trace(facts: RunFacts) -> str | None:
 class View:
     """One page: ``name`` is its path (``/name``) and its key in ``/api/runs``'s ``views``; ``label`` its tab.
 
+    ``stored``: results the ingest writes besides its queries' that the page reads (the Trace view's index);
+    the view is ready (``/api/runs``'s ``view_states``) once its queries and these are there for every file.
     ``run_tab``: the page shows one run and has a tab in the nav, available when ``applies`` returns
     None, otherwise greyed out with the reason as its tooltip. ``path`` and ``in_nav`` are for the pages
     that are not per run (the list of runs, a source file).
@@ -47,6 +49,7 @@ class View:
     router: APIRouter | None
     queries: tuple[Query, ...] = ()
     applies: Callable[[RunFacts], str | None] = needs_a_trace
+    stored: tuple[str, ...] = ()
     run_tab: bool = True
     in_nav: bool = True
     path: str = ""

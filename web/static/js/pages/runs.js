@@ -157,11 +157,23 @@ function errorRow(run) {
 /** A view's label as the nav shows it: the views registry (views/registry.py) names both. */
 const viewLabel = (view) => document.querySelector(`a[data-nav="${view}"]`)?.textContent.trim() || view;
 
+/** A view's link; greyed with "computing…" until the server says its results are there (view_states). */
+function viewLink(run, view) {
+  const href = withQuery(`/${view}`, { run: run.run });
+  if ((run.view_states || {})[view] !== "computing") {
+    return el("a", { href, text: viewLabel(view), "data-view": view, "data-state": "ready" });
+  }
+  return el(
+    "a",
+    { href, class: "computing", title: "Its results are still being computed", "data-view": view, "data-state": "computing" },
+    viewLabel(view),
+    el("span", { class: "faint", text: " computing\u2026" }),
+  );
+}
+
 function viewLinks(run) {
   if (!run.workers?.length && !run.snapshots?.length && !run.memory_logs?.length) return null;
-  const links = (run.views || []).map((view) =>
-    el("a", { href: withQuery(`/${view}`, { run: run.run }), text: viewLabel(view) }),
-  );
+  const links = (run.views || []).map((view) => viewLink(run, view));
   return el("div", { class: "view-links" }, links.flatMap((link, i) => (i ? [" \u00b7 ", link] : [link])));
 }
 

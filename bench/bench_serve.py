@@ -1,0 +1,217 @@
+"""The user's path, measured side by side with the peers in one run: ``profscope serve`` from process start
+until every view of the trace is ready, then torch-tb-profiler 0.4.3 and HTA 0.5 on the same file.
+
+    python bench/bench_serve.py bench/out/resnet50_x200MB.json.gz bench/out/nsres_x200MB.json.gz
+    python bench/bench_serve.py FILE --no-peers           # profscope only (no ratios then)
+
+For each trace:
+- profscope: a folder holding only that file (one run) is served by a fresh ``profscope serve`` with an
+  empty cache. The clock starts just before the process is started and stops at the first ``/api/runs``
+  answer (polled every 20 ms) where the run's state is ``ready`` and every view of ``view_states`` says
+  ``ready``; the moment each view first said so is kept too (``first_ready_s``). Peak memory is the
+  resident memory of the whole process tree (server + parse workers + their helpers), sampled from /proc,
+  and its CPU seconds (user + system) at that moment. The parse workers run at the server's niceness + 10
+  (jobs.WORKER_NICENESS), so on a busy machine they get less CPU than a peer at the server's niceness:
+  compare CPU seconds too.
+- the peers: ``bench/reference/timed_peer.py tbprof|hta FILE`` under /opt/refvenv, whole process timed
+  with ``/usr/bin/time -v`` (wall clock, peak RSS), exactly as ``run_bench.py`` runs them.
+
+Ratios are computed from this invocation's numbers only. The 1-minute load average is sampled during
+every measurement (this machine is shared: report it with the numbers). One JSON line per measurement
+goes to ``--results``; a Markdown table is printed at the end with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from local_http import free_port, get, stop_server
+from run_bench import OUT, _tree_rss_kb, timed, tool_command, tree_total, uncompressed_mb
+
+POLL_S = 0.02
+PEERS = ("torch-tb-profiler", "HTA")
+
+
+def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict:
+    """Start ``profscope serve`` on a folder holding only ``trace``; time until every view of its run is ready."""
+    root = scratch / "root" / trace.name.split(".")[0]
+    root.mkdir(parents=True)
+    _place(trace, root / trace.name)
+    port = free_port()
+    command = [sys.executable, "-m", "profscope.cli", "serve", str(root.parent), "--port", str(port),
+               "--cache-dir", str(scratch / "cache"), "--log-level", "warning"]  # fmt: skip
+    loads, peak_kb, first_ready = [], 0, {}
+    started = time.perf_counter()
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        while time.perf_counter() - started < timeout_s:
+            if server.poll() is not None:
+                return {"error": f"profscope serve exited with {server.returncode}: {server.stderr.read()[-2000:]}"}
+            peak_kb = max(peak_kb, _tree_rss_kb(server.pid))
+            loads.append(os.getloadavg()[0])
+            run = _the_run(f"http://127.0.0.1:{port}")
+            now = time.perf_counter() - started
+            if run is not None:
+                for view, state in (run.get("view_states") or {}).items():
+                    if state == "ready":
+                        first_ready.setdefault(view, round(now, 3))
+                if _every_view_ready(run):
+                    return {"wall_s": now, "cpu_s": _tree_cpu_s(server.pid), "peak_tree_rss_mb": peak_kb / 1024,
+                            "load_1min": _span(loads), "first_ready_s": first_ready,
+                            "views": run.get("views", [])}  # fmt: skip
+            time.sleep(POLL_S)
+        return {"error": f"not every view ready after {timeout_s} s"}
+    finally:
+        stop_server(server)
+
+
+def _tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants, each with its reaped children's
+    (the decoding helper a worker waits for), from /proc: steadier than wall time on a busy machine."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    return tree_total(root_pid, lambda fields: sum(int(v) for v in fields[11:15]) / ticks)  # utime..cstime
+
+
+def _place(trace: Path, destination: Path) -> None:
+    """A hard link where possible (a served root never follows symbolic links), else a copy."""
+    try:
+        os.link(trace, destination)
+    except OSError:
+        shutil.copyfile(trace, destination)
+
+
+def _the_run(base: str) -> dict | None:
+    try:
+        status, body = get(f"{base}/api/runs")
+    except OSError:  # not listening yet
+        return None
+    runs = body.get("runs", []) if status == 200 else []
+    return runs[0] if runs else None
+
+
+def _every_view_ready(run: dict) -> bool:
+    """The run is parsed and, when the server reports per-view readiness, every applicable view says ready."""
+    if run["state"] != "ready":
+        return False
+    return all(state == "ready" for state in (run.get("view_states") or {}).values())
+
+
+def _span(values: list[float]) -> list[float]:
+    return [round(min(values), 2), round(max(values), 2)] if values else []
+
+
+def peer(tool: str, trace: Path, scratch: Path) -> dict:
+    """A peer's whole process under /usr/bin/time -v, with the load average sampled before and after."""
+    outcome = timed(tool_command(tool, trace, scratch))
+    if "error" in outcome:
+        return outcome
+    outcome.pop("stdout", None)
+    outcome["load_1min"] = _span(outcome["load_1min"])
+    return outcome
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", nargs="+", type=Path)
+    parser.add_argument("--runs", type=int, default=1, help="profscope runs per trace (median); the peers run once")
+    parser.add_argument("--no-peers", action="store_true", help="profscope only")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every view")
+    parser.add_argument("--results", type=Path, default=OUT / "serve-results.jsonl")
+    args = parser.parse_args()
+    tools = ("profscope serve",) + (() if args.no_peers else PEERS)
+    OUT.mkdir(parents=True, exist_ok=True)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with open(args.results, "a") as results:
+        for trace in args.traces:
+            size_mb = uncompressed_mb(trace)
+            for tool in tools:
+                row = {"input": trace.name.split(".")[0], "tool": tool, "uncompressed_mb": round(size_mb, 1),
+                       "at": time.strftime("%Y-%m-%d %H:%M:%S"), **measure(tool, trace, args)}  # fmt: skip
+                rows.append(row)
+                results.write(json.dumps(row) + "\n")
+                results.flush()
+                print(json.dumps(row), flush=True)
+    print()
+    print("Command: `" + shlex.join(["python", "bench/bench_serve.py", *sys.argv[1:]]) + "`")
+    print()
+    print(markdown(rows))
+    return 0
+
+
+def measure(tool: str, trace: Path, args: argparse.Namespace) -> dict:
+    runs = args.runs if tool == "profscope serve" else 1
+    measured = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="serve-bench-", dir=OUT) as scratch:
+            if tool == "profscope serve":
+                outcome = serve_until_every_view(trace, Path(scratch), args.timeout)
+            else:
+                outcome = peer(tool, trace, Path(scratch))
+        if "error" in outcome:
+            return outcome
+        measured.append(outcome)
+    middle = sorted(measured, key=lambda m: m["wall_s"])[len(measured) // 2]
+    return {**middle, "runs_wall_s": [round(m["wall_s"], 3) for m in measured]}
+
+
+def markdown(rows: list[dict]) -> str:
+    """Peers next to profscope, ratios of this run's own numbers."""
+    by_input: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_input.setdefault(row["input"], {})[row["tool"]] = row
+    lines = [
+        "| input | unc. MB | profscope serve: every view s | first view (overview) s | profscope CPU s "
+        "| all processes peak MB | tb-profiler s | tb CPU s | tb peak MB | HTA s | HTA CPU s | HTA peak MB "
+        "| tb / profscope | HTA / profscope | load (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, tools in by_input.items():
+        ours, tb, hta = (tools.get(t) or {} for t in ("profscope serve", *PEERS))
+        size = next(t["uncompressed_mb"] for t in tools.values())
+        loads = [x for t in tools.values() for x in t.get("load_1min", [])]
+        lines.append(
+            f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_cpu(ours)} "
+            f"| {_mb(ours, 'peak_tree_rss_mb')} | {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
+            f"| {_seconds(hta)} | {_cpu(hta)} | {_mb(hta, 'peak_rss_mb')} "
+            f"| {_ratio(tb, ours)} | {_ratio(hta, ours)} | {min(loads, default=0):.1f}-{max(loads, default=0):.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def _seconds(row: dict) -> str:
+    if not row:
+        return "—"
+    return "failed" if "error" in row else f"{row['wall_s']:.2f}"
+
+
+def _cpu(row: dict) -> str:
+    return f"{row['cpu_s']:.1f}" if row.get("cpu_s") is not None else "—"
+
+
+def _first_view(row: dict) -> str:
+    first = row.get("first_ready_s", {}).get("overview")
+    return "—" if first is None else f"{first:.2f}"
+
+
+def _mb(row: dict, key: str) -> str:
+    return f"{row[key]:.0f}" if row and key in row else "—"
+
+
+def _ratio(peer_row: dict, ours: dict) -> str:
+    if not peer_row.get("wall_s") or not ours.get("wall_s"):
+        return "—"
+    return f"{peer_row['wall_s'] / ours['wall_s']:.1f}x"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
