@@ -67,6 +67,9 @@ def test_a_launched_job_with_default_names_opens_in_distributed(page, paddle_ser
     assert rows.count() == 2 and page.locator(".error-box").count() == 0
     assert [rows.nth(i).locator("td").nth(0).inner_text() for i in range(2)] == ["0", "1"]
     assert "inferred" in rows.first.inner_text()  # the Rank from column
+    # the workers differ only in their last digits (the pid): those stay drawn however narrow the column
+    tails = [rows.nth(i).locator(".mid-ellipsis").first.evaluate("n => n.lastChild.textContent") for i in range(2)]
+    assert tails[0] != tails[1] and all(tail.endswith(("15466", "15467")) for tail in tails), tails
     assert "numbered by host name and process id" in page.get_by_test_id("warnings").inner_text()
     labels = page.locator("#sel-worker option").all_inner_texts()
     assert [label.split(" · ")[0] for label in labels] == ["rank 0 (inferred)", "rank 1 (inferred)"]

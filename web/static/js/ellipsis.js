@@ -4,7 +4,7 @@
 
 import { el } from "./dom.js";
 
-const MIN_SHORTENED = 16; // shorter names are never cut
+const MIN_SHORTENED = 12; // shorter names are never cut (host_vmpid_15466 and _15467 must keep their tails)
 
 /** How many trailing characters always stay visible: about 45% of the name, 10 to 20 characters. */
 function tailLength(text) {
