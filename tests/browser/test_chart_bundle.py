@@ -95,3 +95,18 @@ def test_a_type_left_out_of_the_bundle_is_noticed(page, charts_server: Server) -
         }"""
     )
     assert drawn != "heatmap"
+
+
+def test_every_module_a_page_loads_was_announced_in_its_head(page, charts_server: Server) -> None:
+    """Each page's head lists the modules its script imports (``<link rel=modulepreload>``, pages.py), so
+    the browser fetches them in one round, not one import level after another: a module the page loads
+    that its head did not list would be fetched late again."""
+    for path in (*PAGES, "/trace?run=resnet50_num_workers_0", "/"):
+        page.goto(f"{charts_server.url}{path}")
+        page.wait_for_load_state("load")
+        announced = set(page.eval_on_selector_all("link[rel=modulepreload]", "links => links.map(l => l.href)"))
+        loaded = page.evaluate(
+            """() => performance.getEntriesByType('resource').map((e) => e.name)
+                 .filter((url) => url.includes('/static/js/') && !url.includes('/static/js/pages/'))"""
+        )
+        assert loaded and set(loaded) <= announced, (path, sorted(set(loaded) - announced))

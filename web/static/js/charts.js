@@ -64,12 +64,30 @@ export function loadPlotly() {
     script.src = PLOTLY_SRC;
     script.async = true;
     script.dataset.plotly = "";
-    document.head.append(script);
+    afterNextPaint(() => document.head.append(script));
   }
   return new Promise((resolve, reject) => {
     script.addEventListener("load", () => resolve(window.Plotly), { once: true });
     script.addEventListener("error", () => reject(new Error(`plotly.js did not load (${PLOTLY_SRC})`)), { once: true });
   });
+}
+
+/**
+ * Run `action` once the page has painted what it holds now: a page renders its numbers and tables, then
+ * asks for its first chart in the same task; executing plotly.js (~0.2 s) right then would hold that
+ * frame back, so the content would show no sooner than the charts. (A hidden tab paints no frame: the
+ * timeout starts the load anyway.)
+ */
+function afterNextPaint(action) {
+  let done = false;
+  const once = () => {
+    if (!done) {
+      done = true;
+      action();
+    }
+  };
+  requestAnimationFrame(() => setTimeout(once, 0)); // after the frame the callback precedes is painted
+  setTimeout(once, 1000);
 }
 
 /** Draw into `target` once plotly.js is loaded: draw(Plotly); skipped when the page replaced `target` meanwhile. */
