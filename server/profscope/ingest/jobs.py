@@ -43,7 +43,7 @@ from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
-from profscope.ingest.request import IngestRequest, write_query_results
+from profscope.ingest.request import IngestRequest, ingest_timings, write_query_results
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -181,13 +181,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     progress["views"].append("timeline")
     cache.write_progress(request.cache_key, progress)
     phase_s["timeline_index"] = time.perf_counter() - mark
-    summary = {
-        **facts,
-        "parse_s": parse_s,
-        "phase_s": phase_s,
-        "total_s": time.perf_counter() - started,
-        "view_errors": view_errors,
-    }
+    summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors)}
     cache.write_summary(request.cache_key, summary)
     return summary
 

@@ -64,6 +64,17 @@ class IngestRequest:
 QUERY_KIND = {"trace": "trace", "nsys": "trace", "snapshot": "snapshot"}
 
 
+def ingest_timings(started: float, parse_s: float, phase_s: dict[str, float], view_errors: dict) -> dict[str, Any]:
+    """The fields every ingest summary ends with: how long the parse and each phase took, and the queries
+    that failed (``started``: the ``time.perf_counter()`` of the ingest's start)."""
+    return {
+        "parse_s": parse_s,
+        "phase_s": phase_s,
+        "total_s": time.perf_counter() - started,
+        "view_errors": view_errors,
+    }
+
+
 def write_query_results(
     cache: TraceCache,
     request: IngestRequest,

@@ -10,7 +10,7 @@ from typing import Any
 
 from profscope.cache import TraceCache
 from profscope.ingest.malloc_tuning import release_freed_memory
-from profscope.ingest.request import IngestRequest, write_query_results
+from profscope.ingest.request import IngestRequest, ingest_timings, write_query_results
 from profscope.ingest.safe_pickle import PickleRefused
 from profscope.ingest.snapshot import SnapshotFormatError, parse_snapshot
 from profscope.sources import SourceError
@@ -55,10 +55,7 @@ def ingest_snapshot(request: IngestRequest, on_progress: Callable[[int], None]) 
         "allocations": tables.row_count("allocations"),
         "devices": tables.meta["devices"],
         "warnings": tables.meta.get("warnings", []),
-        "parse_s": parse_s,
-        "phase_s": phase_s,
-        "total_s": time.perf_counter() - started,
-        "view_errors": view_errors,
+        **ingest_timings(started, parse_s, phase_s, view_errors),
     }
     cache.write_summary(request.cache_key, summary)
     return summary
