@@ -43,7 +43,8 @@ from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
-from profscope.ingest.request import IngestRequest, ingest_timings, write_query_results
+from profscope.ingest.parallel_queries import compute_views, helper_for
+from profscope.ingest.request import IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -130,7 +131,6 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
     """Parse one trace and cache its tables and query results. Runs in a worker process."""
-    from profscope.analysis.context import TraceContext
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
@@ -154,10 +154,13 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
     parse = TABLE_PARSERS[request.kind]
+    helper = helper_for(request, request.second_core)  # started now: its imports overlap the parse
     cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
     try:
         with request.source.open(request.key) as raw:
-            tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+            # other parses running or waiting have the other core: a second decoding process would only compete
+            options = {} if request.kind != TRACE or request.second_core else {"use_second_core": False}
+            tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes, **options)
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
         error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}
@@ -172,16 +175,13 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     facts = _parse_facts(request, tables)
     progress: dict[str, Any] = {"facts": facts, "views": []}  # the manifest: results listed as they are written
     cache.write_progress(request.cache_key, progress)
-    context = TraceContext(tables)
-    view_errors = write_query_results(cache, request, context, phase_s, progress)
-    del context  # its call tree and caches: the timeline index needs the room
-    release_freed_memory()
-    mark = time.perf_counter()
-    _save_timeline_index(cache, request, tables, view_errors)
-    progress["views"].append("timeline")
-    cache.write_progress(request.cache_key, progress)
-    phase_s["timeline_index"] = time.perf_counter() - mark
-    summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors)}
+
+    def written(stored_name: str) -> None:
+        progress["views"].append(stored_name)
+        cache.write_progress(request.cache_key, progress)
+
+    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written, helper)
+    summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
     cache.write_summary(request.cache_key, summary)
     return summary
 
@@ -202,20 +202,6 @@ def _parse_facts(request: IngestRequest, tables: Any) -> dict[str, Any]:
         "distributed": tables.meta.get("distributedInfo"),
         "process": tables.meta.get("process"),  # Paddle's: its process ids and wall-clock window (definitions §10)
     }
-
-
-def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:
-    """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
-    from profscope.analysis.timeline_index import build_timeline_index
-
-    try:
-        index = build_timeline_index(tables)
-        index.save(cache.timeline_dir(request.cache_key))
-        cache.write_view(request.cache_key, "timeline", {"version": index.info["version"]})
-    except Exception as exc:  # the other views stay usable
-        log.exception("timeline index failed for %s", request.key)
-        view_errors["timeline"] = f"{type(exc).__name__}: {exc}"
-        cache.write_view(request.cache_key, "timeline", {"error": view_errors["timeline"]})
 
 
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:
@@ -450,6 +436,8 @@ class IngestManager:
                 self.max_trace_bytes,
                 self.max_snapshot_bytes,
                 cache_key=key,
+                # alone on the machine: its views may take a second core (several parses share the cores)
+                second_core=not self._running and not self._pending,
             )
             with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
                 try:
