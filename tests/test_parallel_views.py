@@ -1,14 +1,15 @@
-"""A big trace's views are computed on two cores (ingest/parallel_queries.py): the helper process reads the
-saved tables memory-mapped and computes with its own context. Whoever computes a job, every stored result
-must be byte for byte what one process computes from the parsed tables; a helper that dies loses nothing."""
+"""A big trace's views are computed on two cores (ingest/parallel_queries.py): a forked helper takes jobs from
+the same list as the worker. Whoever computes a job, every stored result must be byte for byte what one
+process computes; a helper that dies loses nothing."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import corpus_file
@@ -16,9 +17,8 @@ from profscope.cache import TraceCache
 from profscope.catalog import build_runs
 from profscope.ingest import parallel_queries
 from profscope.ingest.jobs import IngestRequest, run_ingest
-from profscope.ingest.parallel_queries import TIMELINE, ViewHelper, compute_views, job_names
+from profscope.ingest.parallel_queries import TIMELINE, ViewJobs, job_names
 from profscope.sources import LocalSource
-from profscope.tables import TraceTables
 from profscope.views.registry import queries
 
 # a GPU training trace (kernels, memory events, steps), a CPU one with modules, a distributed rank
@@ -51,87 +51,71 @@ def _results(request: IngestRequest) -> dict[str, bytes]:
     }
 
 
-def _forget_views(cache: TraceCache, request: IngestRequest) -> None:
-    for query in request.queries:
-        cache.view_path(request.cache_key, query.stored_name).unlink()
-    cache.view_path(request.cache_key, TIMELINE).unlink()
-    shutil.rmtree(cache.timeline_dir(request.cache_key))
+@pytest.fixture
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small corpus traces take the two-core path, and the worker's own jobs take a little longer, so that the
+    helper, forked when the worker starts its first job, takes some of them whatever the machine's load."""
+    monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
+    worker = os.getpid()
+    run = ViewJobs.run
 
+    def slower_in_the_worker(self: ViewJobs, name: str) -> parallel_queries.Report:
+        if os.getpid() == worker:
+            time.sleep(0.1)
+        return run(self, name)
 
-@pytest.fixture(scope="module")
-def helper() -> ViewHelper:
-    started = ViewHelper()
-    yield started
-    started.close()
+    monkeypatch.setattr(ViewJobs, "run", slower_in_the_worker)
 
 
 @pytest.mark.parametrize("relative", TRACES)
-def test_the_helper_computes_every_view_as_one_process_does(tmp_path: Path, relative: str, helper: ViewHelper) -> None:
+def test_views_computed_on_two_cores_are_those_of_one(tmp_path: Path, relative: str, two_cores: None) -> None:
     one = _request(tmp_path, relative, "one", second_core=False)
     summary = run_ingest(one)
     assert "error" not in summary and summary["views_by_helper"] == []
     expected = _results(one)
     assert len(expected) > len(job_names(one)), "not every view was written"
-    # the helper alone: the worker's own tables are the saved ones, it takes every job itself
-    two = _request(tmp_path, relative, "two", second_core=False)
-    run_ingest(two)
-    cache = TraceCache(Path(two.cache_root))
-    _forget_views(cache, two)
-    jobs = job_names(two)
-    helper.counter.reset()
-    assert helper.begin(two, jobs)
-    reports = list(helper.reports(wait=True))
-    assert reports[-1] is None
-    assert [report[0] for report in reports[:-1]] == jobs
-    assert _results(two) == expected
-
-
-def test_both_processes_share_the_jobs_and_agree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: ViewHelper
-) -> None:
-    relative = TRACES[0]
-    one = _request(tmp_path, relative, "one", second_core=False)
-    run_ingest(one)
-    monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
-    monkeypatch.setattr(parallel_queries, "_helper", helper)  # started already: it takes jobs from the start
     two = _request(tmp_path, relative, "two", second_core=True)
-    summary = run_ingest(two)
+    manifests: list[list[str]] = []  # what the entry's manifest listed, each time it was written
+    write_progress = TraceCache.write_progress
+
+    def listed(cache: TraceCache, key: str, progress: dict) -> None:
+        manifests.append(list(progress["views"]))
+        write_progress(cache, key, progress)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TraceCache, "write_progress", listed)
+        summary = run_ingest(two)
     assert "error" not in summary and summary["view_errors"] == {}
     assert summary["views_by_helper"], "the helper took no job"
     assert set(summary["phase_s"]) >= set(job_names(two))
-    assert _results(two) == _results(one)
-    progress = TraceCache(Path(two.cache_root)).progress(two.cache_key)
-    assert progress is None or sorted(progress["views"]) == sorted([q.stored_name for q in two.queries] + [TIMELINE])
+    assert _results(two) == expected
+    # every result listed once, as it came, whichever process wrote it
+    assert sorted(manifests[-1]) == sorted([q.stored_name for q in two.queries] + [TIMELINE])
+    assert [len(views) for views in manifests] == list(range(len(manifests)))
 
 
-def test_a_helper_that_died_costs_nothing_but_time(tmp_path: Path) -> None:
+def test_a_helper_that_died_costs_nothing_but_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_cores: None
+) -> None:
     relative = TRACES[1]
     one = _request(tmp_path, relative, "one", second_core=False)
     run_ingest(one)
-    two = _request(tmp_path, relative, "two", second_core=False)
-    run_ingest(two)
-    cache = TraceCache(Path(two.cache_root))
-    _forget_views(cache, two)
-    dead = ViewHelper()
-    dead._process.kill()
-    dead._process.join()
-    written: list[str] = []
-    tables = TraceTables.load(cache.tables_dir(two.cache_key))
-    errors, by_helper = compute_views(cache, two, tables, {}, written.append, dead)
-    assert errors == {} and by_helper == []
-    assert sorted(written) == sorted([q.stored_name for q in two.queries] + [TIMELINE])
+
+    # the helper takes a job and dies before reporting it (as if killed): the worker does that job too
+    def dies(connection: object, jobs: ViewJobs, names: list[str], counter: parallel_queries.Counter) -> None:
+        counter.take()
+        os._exit(3)
+
+    monkeypatch.setattr(parallel_queries, "_helper_main", dies)
+    two = _request(tmp_path, relative, "two", second_core=True)
+    summary = run_ingest(two)
+    assert "error" not in summary and summary["view_errors"] == {} and summary["views_by_helper"] == []
     assert _results(two) == _results(one)
 
 
-def test_loaded_tables_are_the_parsed_tables(tmp_path: Path) -> None:
-    """What the helper computes from: the saved tables read back column for column."""
-    from profscope.ingest.kineto import parse_trace_file
-
-    parsed = parse_trace_file(corpus_file(TRACES[0]))
-    parsed.save(tmp_path / "tables")
-    loaded = TraceTables.load(tmp_path / "tables")
-    for table, columns in parsed.columns.items():
-        for column, values in columns.items():
-            np.testing.assert_array_equal(loaded.columns[table][column], values)
-            assert loaded.columns[table][column].dtype == values.dtype
-    assert loaded.strings.strings == parsed.strings.strings
+def test_small_or_crowded_parses_stay_on_one_core(tmp_path: Path) -> None:
+    request = _request(tmp_path, TRACES[1], "one", second_core=True)
+    assert request.size <= parallel_queries.ONE_CORE_BELOW_BYTES and not parallel_queries.two_cores(request)
+    big = dataclasses.replace(request, size=parallel_queries.ONE_CORE_BELOW_BYTES + 1)
+    assert parallel_queries.two_cores(big)
+    assert not parallel_queries.two_cores(dataclasses.replace(big, second_core=False))

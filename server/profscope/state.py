@@ -310,7 +310,7 @@ class Profscope:
             needed += list(view.stored) if file.kind in ("trace", "nsys") else []
             if not needed and ingest_state.state != "ready":
                 return "computing"
-            if not all(self.store.available(file.cache_key, result) for result in needed):
+            if not self.store.all_available(file.cache_key, needed, ingest_state.state == "ready"):
                 return "computing"
         return "ready"
 

@@ -43,7 +43,7 @@ from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
-from profscope.ingest.parallel_queries import compute_views, helper_for
+from profscope.ingest.parallel_queries import compute_views
 from profscope.ingest.request import IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
@@ -154,7 +154,6 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         return ingest_memory_log(request, on_progress)
     started = time.perf_counter()
     parse = TABLE_PARSERS[request.kind]
-    helper = helper_for(request, request.second_core)  # started now: its imports overlap the parse
     cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
     try:
         with request.source.open(request.key) as raw:
@@ -180,7 +179,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         progress["views"].append(stored_name)
         cache.write_progress(request.cache_key, progress)
 
-    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written, helper)
+    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written)
     summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
     cache.write_summary(request.cache_key, summary)
     return summary

@@ -1,15 +1,16 @@
-"""Compute a parsed trace's views on two cores: a helper process takes jobs from the same list as the worker.
+"""Compute a parsed trace's views on two cores: a forked helper takes jobs from the same list as the worker.
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
-they are independent of each other. So the worker spawns a helper process when it starts such a trace (its
-imports overlap the parse), and once the tables are saved, both take the next job of one ordered list
-through a shared counter: the ``first`` queries, then the timeline index, then the others. The helper
-reads the saved tables memory-mapped (as the store does when it recomputes a result), computes with its own
-``TraceContext``, writes each result into the cache entry and says so; the worker lists it in the entry's
-manifest as the results come, so each page answers as soon as its own result is written.
+they are independent of each other. So once the tables are saved and the call tree and steps that nearly every
+query reads are built, the worker forks: the child shares the tables, the tree and every import (copy on
+write: nothing is loaded or computed twice), and both take the next job of one ordered list through a shared
+counter: the ``first`` queries, then the timeline index, then the others. The child writes each result into
+the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
+answers as soon as its own result is written.
 
-A helper that dies or fails to start costs nothing but time: the jobs it had taken and not reported are
-done by the worker. Small traces never pay for a process: they take ``ONE_CORE_BELOW_BYTES`` or less.
+A helper that dies or cannot start costs nothing but time: the jobs it had taken and not reported are done
+by the worker. Small traces never pay for a process (``ONE_CORE_BELOW_BYTES``), nor does a parse that shares
+the machine with others (``IngestRequest.second_core``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
@@ -35,6 +35,7 @@ log = logging.getLogger("profscope.ingest")
 
 ONE_CORE_BELOW_BYTES = 4 << 20  # stored bytes (gzip: ~60-90 MB of JSON): the views take well under a second
 TIMELINE = "timeline"  # the job that builds the Trace view's index (not a query: arrays, not JSON)
+Report = tuple[str, str, float, "str | None"]  # (job, stored name, seconds, error)
 
 
 def job_names(request: IngestRequest) -> list[str]:
@@ -45,7 +46,7 @@ def job_names(request: IngestRequest) -> list[str]:
 
 
 class ViewJobs:
-    """The jobs of one trace as one process runs them: ``run(name)`` computes one job and writes its result."""
+    """The jobs of one trace: ``run(name)`` computes one job and writes its result."""
 
     def __init__(self, cache: TraceCache, request: IngestRequest, tables: TraceTables) -> None:
         from profscope.analysis.context import TraceContext
@@ -53,11 +54,17 @@ class ViewJobs:
         self.cache = cache
         self.request = request
         self.tables = tables
-        self.context: TraceContext | None = TraceContext(tables)
+        self.context: TraceContext = TraceContext(tables)
         self.queries = {q.name: q for q in request.queries}
 
-    def run(self, name: str) -> tuple[str, float, str | None]:
-        """(the stored name, seconds, the error or None) of job ``name``, whose result is written once this returns."""
+    def shared_structures(self) -> None:
+        """Build what nearly every query reads (the call tree, the steps) before the fork, so it is built once.
+        A failure here is left to the queries, which report it."""
+        with contextlib.suppress(Exception):
+            self.context.steps  # noqa: B018 - builds the tree too
+
+    def run(self, name: str) -> Report:
+        """Job ``name``, whose result is written once this returns."""
         if name == TIMELINE or not self.queries[name].first:
             held_for_tests()
         mark = time.perf_counter()
@@ -65,13 +72,12 @@ class ViewJobs:
             stored, error = TIMELINE, self._timeline()
         else:
             query = self.queries[name]
-            assert self.context is not None
             value, error = query.compute(self.context)
             self.cache.write_view(self.request.cache_key, query.stored_name, value)
             stored = query.stored_name
             if error is not None:
                 log.error("query %s failed for %s", name, self.request.key)
-        return stored, time.perf_counter() - mark, error
+        return name, stored, time.perf_counter() - mark, error
 
     def _timeline(self) -> str | None:
         """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
@@ -113,36 +119,25 @@ class Counter:
                 self._shared.value = 0
 
 
-class ViewHelper:
-    """The helper process of one worker: spawned once, reused for every big trace the worker reads."""
+class ForkedHelper:
+    """The worker's child for one trace's jobs: forked with the trace's tables and context in memory."""
 
-    def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.counter = Counter(context.Value("q", 0))
-        ours, theirs = context.Pipe()
+    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe(duplex=False)
         self._connection: Connection | None = ours
         self._process = context.Process(
-            target=_helper_main, args=(theirs, self.counter), name="profscope-views-helper", daemon=True
+            target=_helper_main, args=(theirs, jobs, names, counter), name="profscope-views-helper", daemon=True
         )
         self._process.start()
         theirs.close()
 
     def alive(self) -> bool:
-        return self._connection is not None and self._process.is_alive()
+        return self._connection is not None
 
-    def begin(self, request: IngestRequest, jobs: list[str]) -> bool:
-        """Ask the helper to take jobs of ``request`` (the counter must be reset first); False if it is gone."""
-        try:
-            assert self._connection is not None
-            self._connection.send((request, jobs))
-            return True
-        except (OSError, AssertionError):
-            self.close()
-            return False
-
-    def reports(self, wait: bool) -> Iterator[tuple[str, str, float, str | None] | None]:
-        """What the helper finished since the last call: (job, stored name, seconds, error); None once it has
-        taken no further job (it is idle). ``wait``: block until it is idle (or gone)."""
+    def reports(self, wait: bool) -> Iterator[Report | None]:
+        """What the helper finished since the last call; None once it takes no further job (it is done).
+        ``wait``: block until it is done (or gone)."""
         while self._connection is not None:
             try:
                 if not wait and not self._connection.poll():
@@ -153,6 +148,7 @@ class ViewHelper:
                 return
             yield message
             if message is None:
+                self.close()
                 return
 
     def close(self) -> None:
@@ -160,25 +156,20 @@ class ViewHelper:
             self._connection.close()
             self._connection = None
         with contextlib.suppress(Exception):
-            self._process.join(timeout=2)
+            self._process.join(timeout=5)
             if self._process.is_alive():
                 self._process.kill()
+                self._process.join()
 
 
-_helper: ViewHelper | None = None
-
-
-def helper_for(request: IngestRequest, enabled: bool) -> ViewHelper | None:
-    """This worker's helper for ``request`` (started now if needed), or None when one core does."""
-    global _helper
-    if not enabled or request.size <= ONE_CORE_BELOW_BYTES or (os.cpu_count() or 1) < 2:
-        return None
-    if _helper is None or not _helper.alive():
-        try:
-            _helper = ViewHelper()
-        except (OSError, AssertionError):  # no process can be started here: one core it is
-            _helper = None
-    return _helper
+def two_cores(request: IngestRequest) -> bool:
+    """Whether ``request``'s views are computed by a forked helper too."""
+    return (
+        request.second_core
+        and request.size > ONE_CORE_BELOW_BYTES
+        and (os.cpu_count() or 1) >= 2
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
 
 
 def compute_views(
@@ -187,16 +178,16 @@ def compute_views(
     tables: TraceTables,
     phase_s: dict[str, float],
     on_written: Callable[[str], None],
-    helper: ViewHelper | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Compute and write every job of ``request``; ``on_written(stored name)`` is called for each result once
     it is written (in either process). Returns the errors by job name and the jobs the helper did."""
-    jobs = job_names(request)
+    names = job_names(request)
     errors: dict[str, str] = {}
     done: set[str] = set()
     by_helper: list[str] = []
 
-    def record(name: str, stored: str, seconds: float, error: str | None, helper_did: bool = False) -> None:
+    def record(report: Report, helper_did: bool = False) -> None:
+        name, stored, seconds, error = report
         if helper_did:
             by_helper.append(name)
         done.add(name)
@@ -205,65 +196,39 @@ def compute_views(
             errors[name] = error
         on_written(stored)
 
-    def drain(wait: bool) -> bool:
-        """Record the helper's reports; True once it is idle (it said so) or gone."""
-        assert helper is not None
-        for report in helper.reports(wait):
-            if report is None:
-                return True
-            record(*report, helper_did=True)
-        return not helper.alive()
-
-    counter = Counter()
-    if helper is not None:
-        helper.counter.reset()
-        if helper.begin(request, jobs):
-            counter = helper.counter
-        else:
-            helper = None
     local = ViewJobs(cache, request, tables)
-    helper_idle = helper is None
-    while (taken := counter.take()) < len(jobs):
-        record(jobs[taken], *local.run(jobs[taken]))
-        if not helper_idle:
-            helper_idle = drain(wait=False)
-    if not helper_idle:
-        drain(wait=True)
-    for name in jobs:  # taken by a helper that died before reporting it
+    helper: ForkedHelper | None = None
+    counter = Counter()
+    if two_cores(request):
+        mark = time.perf_counter()
+        local.shared_structures()
+        phase_s["call_tree"] = time.perf_counter() - mark
+        counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        try:
+            helper = ForkedHelper(local, names, counter)
+        except OSError:  # no process can be started now: one core it is
+            counter = Counter()
+    while (taken := counter.take()) < len(names):
+        record(local.run(names[taken]))
+        for report in helper.reports(wait=False) if helper is not None else ():
+            if report is not None:
+                record(report, helper_did=True)
+    for report in helper.reports(wait=True) if helper is not None else ():
+        if report is not None:
+            record(report, helper_did=True)
+    for name in names:  # taken by a helper that died before reporting it
         if name not in done:
-            record(name, *local.run(name))
+            record(local.run(name))
     return errors, by_helper
 
 
-def _helper_main(connection: Connection, counter: Counter) -> None:
-    """The helper: for each trace it is given, take jobs until none is left, then say it is idle."""
-    from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
-    from profscope.tables import TraceTables
-
-    map_large_arrays_directly()
-    # the imports the jobs need, while the worker is still parsing
-    import profscope.analysis.timeline_index
-    import profscope.views.registry  # noqa: F401
-
-    while True:
-        try:
-            request, jobs = connection.recv()
-        except (EOFError, OSError):
-            return
-        cache = TraceCache(Path(request.cache_root))
-        local: ViewJobs | None = None
-        try:
-            while (taken := counter.take()) < len(jobs):
-                if local is None:
-                    local = ViewJobs(cache, request, TraceTables.load(cache.tables_dir(request.cache_key)))
-                connection.send((jobs[taken], *local.run(jobs[taken])))
-            connection.send(None)
-        except (EOFError, OSError):
-            return
-        except Exception:  # the entry vanished, a bug: the worker does the jobs this process took
-            log.exception("the views helper failed on %s", request.key)
-            with contextlib.suppress(OSError):
-                connection.send(None)
-        finally:
-            local = None
-            release_freed_memory()
+def _helper_main(connection: Connection, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
+    """The forked helper: take jobs until none is left, report each, then say it is done."""
+    try:
+        while (taken := counter.take()) < len(names):
+            connection.send(jobs.run(names[taken]))
+        connection.send(None)
+    except Exception:  # the worker does the jobs this process took and did not report
+        log.exception("the views helper failed on %s", jobs.request.key)
+    finally:
+        connection.close()
