@@ -20,6 +20,7 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import multiprocessing
 import os
@@ -232,7 +233,47 @@ def run_job(request: IngestRequest) -> dict[str, Any]:
         return {"error": f"internal error while reading this trace: {detail}"}
 
 
+def _warm_up() -> None:
+    """A prestarted worker's first task: import every analysis module a parse's views need."""
+    import pkgutil
+
+    import profscope.analysis
+
+    for module in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis."):
+        importlib.import_module(module.name)
+
+
 # ---- in the server process -------------------------------------------------------------------
+_prestarted: tuple[ProcessPoolExecutor, Any, int, int] | None = None  # pool, its progress queue, workers, memory cap
+
+
+def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
+    """Spawn the parse workers now and have them import what a parse needs, before the server's own imports
+    (the web framework, the views): on two cores both happen at once, and the first parse starts in a warm
+    worker. The next ``IngestManager`` with the same worker settings takes this pool over."""
+    global _prestarted
+    context = multiprocessing.get_context("spawn")
+    queue = context.SimpleQueue()
+    with _sigint_blocked():  # as in IngestManager._pump: the workers start with Ctrl+C held off
+        pool = ProcessPoolExecutor(
+            max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(queue, memory_bytes)
+        )
+        pool.submit(_warm_up)  # one worker: the others start when a second parse is queued
+    _prestarted = (pool, queue, max(1, workers), memory_bytes)
+
+
+def _take_prestarted(workers: int, memory_bytes: int) -> tuple[ProcessPoolExecutor, Any] | None:
+    global _prestarted
+    taken, _prestarted = _prestarted, None
+    if taken is None:
+        return None
+    pool, queue, prestarted_workers, prestarted_memory = taken
+    if (prestarted_workers, prestarted_memory) != (workers, memory_bytes):
+        _stop_pool(pool)
+        return None
+    return pool, queue
+
+
 class IngestManager:
     def __init__(
         self,
@@ -261,6 +302,10 @@ class IngestManager:
         # SimpleQueue: a worker's put() writes to the pipe itself. A Queue hands it to a feeder thread,
         # which never runs while a hung parse holds the GIL: its pid would never reach the watchdog.
         self._progress = self._context.SimpleQueue()
+        self._pool: ProcessPoolExecutor | None = None
+        prestarted = _take_prestarted(self.workers, self.limits.memory_bytes)
+        if prestarted is not None:
+            self._pool, self._progress = prestarted
         self._lock = threading.RLock()
         self._states: dict[str, IngestState] = {}
         self._pending: OrderedDict[str, TraceFile] = OrderedDict()
@@ -271,7 +316,6 @@ class IngestManager:
         self._replace: set[str] = set()  # their shared entry was invalid: the parse result replaces it
         self._fetchers = ThreadPoolExecutor(SHARED_CACHE_FETCHERS, "shared-cache-fetch") if shared else None
         self._uploaders = ThreadPoolExecutor(SHARED_CACHE_UPLOADERS, "shared-cache-upload") if shared_write else None
-        self._pool: ProcessPoolExecutor | None = None
         self._closed = False
         self._worker_pids: dict[str, tuple[int, float]] = {}  # cache key -> (pid of its worker, monotonic start)
         self._exit_codes: dict[str, int | None] = {}  # cache key -> exit code of its worker, which died
