@@ -142,9 +142,9 @@ class Profscope:
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
         self._tidy_cache(runs)
         if self.settings.eager_ingest:
-            for run in runs.values():
-                for trace in run.traces() + run.snapshots() + run.memory_logs():
-                    self.ingest.request(trace)
+            self.ingest.request_all(
+                [file for run in runs.values() for file in run.traces() + run.snapshots() + run.memory_logs()]
+            )
 
     def _list_root(self, root: RootStatus) -> bool:
         """List one root; True when it is readable again after a failed listing."""

@@ -20,6 +20,7 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import logging
 import multiprocessing
@@ -44,8 +45,8 @@ from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
-from profscope.ingest.parallel_queries import compute_views
-from profscope.ingest.request import IngestRequest, ingest_timings
+from profscope.ingest.parallel_queries import compute_views, job_names, stored_name
+from profscope.ingest.request import ALL, FIRST, REST, IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         from profscope.ingest.memory_log_job import ingest_memory_log
 
         return ingest_memory_log(request, on_progress)
+    if request.stage == REST:
+        return _finish_views(cache, request)
     started = time.perf_counter()
     parse = TABLE_PARSERS[request.kind]
     cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
@@ -181,7 +184,44 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         cache.write_progress(request.cache_key, progress)
 
     view_errors, by_helper = compute_views(cache, request, tables, phase_s, written)
-    summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
+    timings = {**ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
+    if request.stage == FIRST:  # the entry stays unfinished: its other views come with a REST request
+        progress["first_stage"] = timings
+        cache.write_progress(request.cache_key, progress)
+        return {"rest_later": True}
+    summary = {**facts, **timings}
+    cache.write_summary(request.cache_key, summary)
+    return summary
+
+
+def _finish_views(cache: TraceCache, request: IngestRequest) -> dict[str, Any]:
+    """The REST stage: the views a FIRST stage left, computed from the saved tables; then the entry is finished.
+    An entry that is not as the FIRST stage left it (removed meanwhile) is parsed again from the start."""
+    from profscope.tables import TraceTables
+
+    progress = cache.progress(request.cache_key)
+    if progress is None or "first_stage" not in progress:
+        return run_ingest(dataclasses.replace(request, stage=ALL))
+    started = time.perf_counter()
+    tables = TraceTables.load(cache.tables_dir(request.cache_key))
+    first = progress["first_stage"]  # kept until the summary is written: an interrupted REST stage can start over
+
+    def written(stored: str) -> None:
+        progress["views"].append(stored)
+        cache.write_progress(request.cache_key, progress)
+
+    listed = set(progress["views"])
+    names = [name for name in job_names(request) if stored_name(request, name) not in listed]
+    phase_s = dict(first["phase_s"])
+    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written, names)
+    summary = {
+        **progress["facts"],
+        **first,
+        "phase_s": phase_s,
+        "total_s": first["total_s"] + time.perf_counter() - started,
+        "view_errors": {**first["view_errors"], **view_errors},
+        "views_by_helper": first["views_by_helper"] + by_helper,
+    }
     cache.write_summary(request.cache_key, summary)
     return summary
 
@@ -320,6 +360,9 @@ class IngestManager:
         self._worker_pids: dict[str, tuple[int, float]] = {}  # cache key -> (pid of its worker, monotonic start)
         self._exit_codes: dict[str, int | None] = {}  # cache key -> exit code of its worker, which died
         self._overtime: set[str] = set()  # parses whose worker the watchdog killed
+        # parsed with their first views only, while other files waited: their REST stage is queued behind them
+        self._rest_later: set[str] = set()
+        self._holding = False  # request_all is queueing: no parse starts yet
         self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0, "killed_overtime": 0}
         self.durations: list[float] = []
         self._progress_thread = threading.Thread(target=self._drain_progress, name="ingest-progress", daemon=True)
@@ -370,6 +413,18 @@ class IngestManager:
             self._pump_fetches()
             self._pump()
             return self._states[key]
+
+    def request_all(self, traces: list[TraceFile]) -> None:
+        """``request`` for each file, parses started once every one is queued: the first parse then knows that
+        others wait (it computes its first views only: see IngestRequest.stage)."""
+        with self._lock:
+            self._holding = True
+            try:
+                for trace in traces:
+                    self.request(trace)
+            finally:
+                self._holding = False
+            self._pump()
 
     def retry(self, trace: TraceFile) -> None:
         """Parse again from scratch; a trace already queued or being read is left to that read."""
@@ -463,14 +518,20 @@ class IngestManager:
         self._uploaders.submit(upload)
 
     def _pump(self) -> None:
-        while not self._closed and self._pending and len(self._running) < self.workers:
+        while not self._holding and not self._closed and self._pending and len(self._running) < self.workers:
             key, trace = self._pending.popitem(last=False)
             self._urgent.discard(key)
             state = self._states[key]
             state.state, state.started = "parsing", time.time()
             state.attempts += 1
-            if state.attempts == 1 and self.metrics is not None:
-                self.metrics.on_start()
+            if key in self._rest_later:
+                stage = REST
+            else:
+                if state.attempts == 1 and self.metrics is not None:
+                    self.metrics.on_start()
+                # other files wait for their parse: this one's first views now, its others once theirs are done
+                waiting = any(other not in self._rest_later for other in self._pending)
+                stage = FIRST if waiting and trace.kind in TABLE_PARSERS else ALL
             request = IngestRequest.for_file(
                 trace,
                 self.source_for(trace.source),
@@ -481,6 +542,7 @@ class IngestManager:
                 cache_key=key,
                 # alone on the machine: its views may take a second core (several parses share the cores)
                 second_core=not self._running and not self._pending,
+                stage=stage,
             )
             with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
                 try:
@@ -530,6 +592,12 @@ class IngestManager:
             elif result is None or result.get("worker_fault"):
                 reason = self._death_reason(key, exit_code) if result is None else result["error"]
                 self._worker_fault(key, trace, state, reason)
+            elif result.get("rest_later"):
+                self._rest_later.add(key)
+                state.attempts = 0  # the REST stage has its own attempts (a worker that dies in it: once more)
+                state.state, state.bytes_done = "pending", trace.info.size
+                state.message = "first views ready; the others once every file's first views are"
+                self._pending[key] = trace  # behind every file queued before it
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 _log_failure(trace, result["error"])
@@ -547,6 +615,8 @@ class IngestManager:
                 self.durations.append(float(result.get("total_s", 0.0)))
                 self._report_end(state, ok=True)
                 self._publish(key, trace)
+            if state.state in ("ready", "error"):
+                self._rest_later.discard(key)
             self._pump()
 
     def _requeue_bystander(self, key: str, trace: TraceFile, state: IngestState) -> None:

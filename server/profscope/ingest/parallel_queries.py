@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.request import IngestRequest, held_for_tests
+from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
     from profscope.analysis.context import TraceContext
@@ -39,10 +39,16 @@ Report = tuple[str, str, float, "str | None"]  # (job, stored name, seconds, err
 
 
 def job_names(request: IngestRequest) -> list[str]:
-    """The jobs in the order they are taken: the first views, then the longest job, then the rest as declared."""
+    """The jobs of the request's stage in the order they are taken: the first views, then the longest job (the
+    timeline index), then the rest as declared."""
     first = [q.name for q in request.queries if q.first]
     rest = [q.name for q in request.queries if not q.first]
-    return [*first, TIMELINE, *rest]
+    return {FIRST: first, REST: [TIMELINE, *rest]}.get(request.stage, [*first, TIMELINE, *rest])
+
+
+def stored_name(request: IngestRequest, job: str) -> str:
+    """The name job ``job``'s result is stored and listed under."""
+    return next((q.stored_name for q in request.queries if q.name == job), job)
 
 
 class ViewJobs:
@@ -178,10 +184,12 @@ def compute_views(
     tables: TraceTables,
     phase_s: dict[str, float],
     on_written: Callable[[str], None],
+    names: list[str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """Compute and write every job of ``request``; ``on_written(stored name)`` is called for each result once
-    it is written (in either process). Returns the errors by job name and the jobs the helper did."""
-    names = job_names(request)
+    """Compute and write the jobs ``names`` (default: those of the request's stage); ``on_written(stored name)``
+    is called for each result once it is written (in either process). Returns the errors by job name and the
+    jobs the helper did."""
+    names = job_names(request) if names is None else names
     errors: dict[str, str] = {}
     done: set[str] = set()
     by_helper: list[str] = []

@@ -33,6 +33,9 @@ class IngestRequest:
     kind: str = "trace"  # or "nsys", "snapshot", "memory_log" (catalog.NSYS, catalog.SNAPSHOT, catalog.MEMORY_LOG)
     # the machine is this parse's alone (no other parse running or waiting): it may use a second core for its views
     second_core: bool = True
+    # ALL: parse and compute every view. FIRST: parse, compute the ``first`` queries only, leave the entry
+    # unfinished (its manifest lists them); REST: compute the others from the saved tables and finish it
+    stage: str = "all"
     max_snapshot_bytes: int = 8 << 30
     queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
 
@@ -47,6 +50,7 @@ class IngestRequest:
         max_snapshot_bytes: int = 8 << 30,
         cache_key: str | None = None,
         second_core: bool = True,
+        stage: str = "all",
     ) -> IngestRequest:
         """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
         ``serve``, ``index`` and ``ingest`` ask for a parse."""
@@ -61,9 +65,11 @@ class IngestRequest:
             max_snapshot_bytes=max_snapshot_bytes,
             queries=tuple(q for q in queries if q.at_ingest and q.kind == QUERY_KIND.get(file.kind)),
             second_core=second_core,
+            stage=stage,
         )
 
 
+ALL, FIRST, REST = "all", "first", "rest"  # IngestRequest.stage
 # a memory.log has no queries: its router reads the log; an nsys export is parsed into the same tables as a trace
 QUERY_KIND = {"trace": "trace", "nsys": "trace", "snapshot": "snapshot"}
 
