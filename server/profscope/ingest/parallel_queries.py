@@ -1,10 +1,11 @@
 """Compute a parsed trace's views on two cores: a forked helper takes jobs from the same list as the worker.
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
-they are independent of each other. So once the tables are saved and the call tree and steps that nearly every
-query reads are built, the worker forks: the child shares the tables, the tree and every import (copy on
-write: nothing is loaded or computed twice), and both take the next job of one ordered list through a shared
-counter: the ``first`` queries, then the timeline index, then the others. The child writes each result into
+they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
+which needs no call tree, and builds the call tree and steps that nearly every query reads; then it forks
+again: that child shares the tables, the tree and every import (copy on write: nothing is loaded or computed
+twice), and both take the next job of one ordered list through a shared counter: the ``first`` queries, then
+the others as declared. The child writes each result into
 the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
 answers as soon as its own result is written.
 
@@ -190,6 +191,7 @@ def compute_views(
     is called for each result once it is written (in either process). Returns the errors by job name and the
     jobs the helper did."""
     names = job_names(request) if names is None else names
+    every_job = list(names)
     errors: dict[str, str] = {}
     done: set[str] = set()
     by_helper: list[str] = []
@@ -205,29 +207,42 @@ def compute_views(
         on_written(stored)
 
     local = ViewJobs(cache, request, tables)
-    helper: ForkedHelper | None = None
+    helpers: list[ForkedHelper] = []
     counter = Counter()
     if two_cores(request):
+        if TIMELINE in names:  # needs no call tree: a first child builds it while this process builds the tree
+            helpers += _fork(local, [TIMELINE], Counter())
+            names = [name for name in names if name != TIMELINE]
         mark = time.perf_counter()
         local.shared_structures()
         phase_s["call_tree"] = time.perf_counter() - mark
-        counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
-        try:
-            helper = ForkedHelper(local, names, counter)
-        except OSError:  # no process can be started now: one core it is
-            counter = Counter()
+        shared = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        forked = _fork(local, names, shared)
+        helpers += forked
+        counter = shared if forked else counter
+
+    def reports(wait: bool) -> None:
+        for helper in helpers:
+            for report in helper.reports(wait):
+                if report is not None:
+                    record(report, helper_did=True)
+
     while (taken := counter.take()) < len(names):
         record(local.run(names[taken]))
-        for report in helper.reports(wait=False) if helper is not None else ():
-            if report is not None:
-                record(report, helper_did=True)
-    for report in helper.reports(wait=True) if helper is not None else ():
-        if report is not None:
-            record(report, helper_did=True)
-    for name in names:  # taken by a helper that died before reporting it
-        if name not in done:
+        reports(wait=False)
+    reports(wait=True)
+    for name in every_job:
+        if name not in done:  # taken by a helper that died before reporting it
             record(local.run(name))
     return errors, by_helper
+
+
+def _fork(jobs: ViewJobs, names: list[str], counter: Counter) -> list[ForkedHelper]:
+    """A forked helper taking ``names`` through ``counter`` (none when no process can be started now)."""
+    try:
+        return [ForkedHelper(jobs, names, counter)]
+    except OSError:
+        return []
 
 
 def _helper_main(connection: Connection, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
