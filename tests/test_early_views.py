@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import corpus_file
 from profscope.analysis.overview import overview_payload
@@ -30,14 +29,6 @@ def _get(base: str, path: str, **params: str) -> httpx.Response:
 
 def _run(base: str) -> dict:
     return _get(base, "/api/run", run="filter").json()
-
-
-@pytest.fixture
-def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    gate = tmp_path / "release"
-    monkeypatch.setenv("PROFSCOPE_TEST_HOLD_QUERIES", str(gate))  # the server's workers inherit it
-    yield gate
-    gate.touch()
 
 
 def test_overview_and_distributed_answer_while_the_slower_views_are_computed(tmp_path: Path, held: Path) -> None:

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import corpus_file
 from profscope.cache import TraceCache
@@ -69,14 +68,6 @@ def test_a_rest_stage_without_its_first_stage_parses_again(tmp_path: Path) -> No
     summary = run_ingest(orphan)
     assert "error" not in summary and summary["events"] > 0
     assert _views(orphan) == _views(whole)
-
-
-@pytest.fixture
-def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    gate = tmp_path / "release"
-    monkeypatch.setenv("PROFSCOPE_TEST_HOLD_QUERIES", str(gate))  # the server's workers inherit it
-    yield gate
-    gate.touch()
 
 
 def test_every_rank_summary_comes_before_any_slower_view(tmp_path: Path, held: Path) -> None:
