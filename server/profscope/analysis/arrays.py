@@ -17,20 +17,60 @@ def lookup(values: np.ndarray, index: np.ndarray, missing: Any) -> np.ndarray:
     return np.where(index >= 0, np.asarray(values)[np.maximum(index, 0)], missing)
 
 
+# A key range up to this many times the row count (or this small) is grouped by counting, O(n + range),
+# instead of sorting, O(n log n); the counting arrays are then at most a few times the size of the keys.
+DENSE_RANGE_PER_ROW = 4
+DENSE_RANGE_MIN = 1 << 16
+
+
+def _dense_offset(values: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """``(values - min, min, range)`` for integer (or bool) values whose range is small enough to count, else None."""
+    if values.dtype.kind not in "iub" or values.ndim != 1 or not len(values):
+        return None
+    low, high = int(values.min()), int(values.max())
+    span = high - low + 1
+    if high >= 2**62 or low < -(2**62) or span > max(DENSE_RANGE_PER_ROW * len(values), DENSE_RANGE_MIN):
+        return None
+    return values.astype(np.int64) - low, low, span
+
+
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for a 1-D array (inverse 1-D, int64), by counting when the
+    values are integers of a small range: string, track and node ids are, and sorting them was ~9% of an ingest.
+    Same values, same numbering (sorted order)."""
+    values = np.asarray(values)
+    dense = _dense_offset(values)
+    if dense is None:
+        unique, inverse = np.unique(values, return_inverse=True)
+        return unique, inverse.reshape(-1).astype(np.int64, copy=False)
+    offset, low, span = dense
+    present = np.bincount(offset, minlength=span) > 0
+    rank = np.cumsum(present) - 1
+    return (np.flatnonzero(present) + low).astype(values.dtype), rank[offset]
+
+
+def unique_values(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for a 1-D array, by counting when the values are integers of a small range."""
+    values = np.asarray(values)
+    dense = _dense_offset(values)
+    if dense is None:
+        return np.unique(values)
+    offset, low, span = dense
+    return (np.flatnonzero(np.bincount(offset, minlength=span)) + low).astype(values.dtype)
+
+
 def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group rows by the tuple of their values in ``columns``.
 
     Returns ``(group, first)``: the group index of every row (groups numbered in sorted key order)
     and, for every group, the index of its first row. Equivalent to ``np.unique(np.stack(columns,
-    axis=1), axis=0, return_inverse=True)`` but one 1-D ``np.unique`` per column, which is much faster.
+    axis=1), axis=0, return_inverse=True)`` but one 1-D ``unique_inverse`` per column, which is much faster.
     """
     rows = len(columns[0]) if columns else 0
     combined = np.zeros(rows, dtype=np.int64)
     for column in columns:
-        _, rank = np.unique(np.asarray(column), return_inverse=True)
-        rank = rank.reshape(-1).astype(np.int64)
-        _, combined = np.unique(combined * (int(rank.max(initial=0)) + 1) + rank, return_inverse=True)
-        combined = combined.reshape(-1).astype(np.int64)
+        _, rank = unique_inverse(np.asarray(column).reshape(-1))
+        _, combined = unique_inverse(combined * (int(rank.max(initial=0)) + 1) + rank)
     count = int(combined.max(initial=-1)) + 1
     first = np.full(count, rows, dtype=np.int64)
     np.minimum.at(first, combined, np.arange(rows))

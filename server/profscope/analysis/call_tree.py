@@ -290,16 +290,23 @@ def _nest(
     order = np.lexsort((np.arange(len(all_rows)), -durations, starts, tracks))
     starts, ends, tracks = starts[order], (starts + durations)[order], tracks[order]
     del durations, all_rows
-    if _call_tree_sweep is not None:
-        swept, dropped = _call_tree_sweep.sweep(
-            order, starts, ends, tracks.astype(np.int64), node_count, ROOT, UNLINKED
-        )
-        found = np.frombuffer(swept, dtype=np.int64)
-    else:
-        found, dropped = _sweep(order, starts, ends, tracks, node_count)
+    found, dropped = sweep_sorted(order, starts, ends, tracks, node_count)
     result = np.empty(len(order), dtype=np.int64)
     result[order] = found
     return result[:node_count], dropped, result[node_count:]
+
+
+def sweep_sorted(
+    order: np.ndarray, starts: np.ndarray, ends: np.ndarray, tracks: np.ndarray, node_count: int
+) -> tuple[np.ndarray, int]:
+    """Nest items sorted by (track, start, enclosing ones first): ``order[i]`` is the item at position ``i``,
+    items from ``node_count`` on are leaves (runtime calls, memory records). Returns the enclosing node of each
+    position (ROOT / UNLINKED) and how many nodes were UNLINKED; in C when the extension was compiled."""
+    if _call_tree_sweep is not None:
+        as_int64 = [np.ascontiguousarray(column, dtype=np.int64) for column in (order, starts, ends, tracks)]
+        swept, dropped = _call_tree_sweep.sweep(*as_int64, node_count, ROOT, UNLINKED)
+        return np.frombuffer(swept, dtype=np.int64), dropped
+    return _sweep(order, starts, ends, tracks, node_count)
 
 
 def _sweep(
