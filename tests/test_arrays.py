@@ -96,3 +96,21 @@ def test_group_ids_on_large_columns_matches_unique_rows() -> None:
         np.testing.assert_array_equal(np.stack([c[first] for c in columns], axis=1), keys)
         expected_first = np.unique(inverse.reshape(-1), return_index=True)[1]
         np.testing.assert_array_equal(first, expected_first)
+
+
+def test_lexsort_ints_matches_lexsort() -> None:
+    rng = np.random.default_rng(11)
+    for size in (0, 1, 2, 50, 20_000):
+        track = rng.integers(0, 4, size).astype(np.int32)
+        start = rng.integers(0, max(size // 3, 1), size) * 1000  # many equal (track, start) pairs
+        duration = rng.integers(0, 5, size)
+        kind = rng.integers(0, 2, size).astype(np.int8)
+        for keys in (
+            (np.arange(size), -duration, start, track),
+            (-duration, kind, start, track),
+            (start, track),
+            (duration, start, rng.integers(-(2**40), 2**40, size)),  # sorting by both would overflow: lexsort
+            (duration, rng.normal(size=size), track),  # float key: lexsort
+            (duration, start.astype(np.uint64), track.astype(bool)),
+        ):
+            np.testing.assert_array_equal(arrays.lexsort_ints(keys), np.lexsort(keys))

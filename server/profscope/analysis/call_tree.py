@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import by_level, depths, lookup, match_keys
+from profscope.analysis.arrays import by_level, depths, lexsort_ints, lookup, match_keys
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -287,7 +287,7 @@ def _nest(
     starts = np.asarray(events["ts_ns"])[all_rows]
     durations = np.asarray(events["dur_ns"])[all_rows]
     tracks = np.asarray(events["track"])[all_rows]
-    order = np.lexsort((np.arange(len(all_rows)), -durations, starts, tracks))
+    order = lexsort_ints((np.arange(len(all_rows)), -durations, starts, tracks))
     starts, ends, tracks = starts[order], (starts + durations)[order], tracks[order]
     del durations, all_rows
     found, dropped = sweep_sorted(order, starts, ends, tracks, node_count)

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import by_level
+from profscope.analysis.arrays import by_level, lexsort_ints
 from profscope.analysis.call_tree import ROOT, sweep_sorted
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -122,7 +122,7 @@ def _nest_with_records(
     tracks = np.concatenate([track, record_track])
     times = np.concatenate([start, record_ts])
     lengths = np.concatenate([end - start, np.zeros(len(record_ts), np.int64)])
-    order = np.lexsort((-lengths, kind, times, tracks))
+    order = lexsort_ints((-lengths, kind, times, tracks))
     found, _ = sweep_sorted(order, times[order], (times + lengths)[order], tracks[order], node_count)
     found_by_item = np.empty(len(order), dtype=np.int64)
     found_by_item[order] = found
