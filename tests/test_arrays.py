@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profscope.analysis import arrays
-from profscope.analysis.arrays import by_level, depths, group_ids, lookup, unique_inverse, unique_values
+from profscope.analysis.arrays import (
+    by_level,
+    depths,
+    group_ids,
+    lookup,
+    stable_argsort,
+    unique_inverse,
+    unique_values,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,6 +67,8 @@ def _samples() -> list[np.ndarray]:
             rng.integers(0, 2**63, size, dtype=np.uint64),  # beyond int64 once offset: sorted
             rng.integers(0, 2, size).astype(bool),
             rng.normal(size=size).round(1),  # floats: sorted
+            rng.integers(-128, 128, size).astype(np.int8),  # a range that overflows int8 once offset
+            rng.integers(60_000, 60_000 + 2**16, size).astype(np.int32),  # just beyond 16 bits
         ]
     return found
 
@@ -70,6 +80,7 @@ def test_unique_inverse_and_values_match_np_unique() -> None:
         assert unique.dtype == expected.dtype and inverse.dtype == np.int64
         np.testing.assert_array_equal(unique, expected)
         np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+        np.testing.assert_array_equal(stable_argsort(values), np.argsort(values, kind="stable"))
         only = unique_values(values)
         assert only.dtype == expected.dtype
         np.testing.assert_array_equal(only, expected)
@@ -114,3 +125,17 @@ def test_lexsort_ints_matches_lexsort() -> None:
             (duration, start.astype(np.uint64), track.astype(bool)),
         ):
             np.testing.assert_array_equal(arrays.lexsort_ints(keys), np.lexsort(keys))
+
+
+def test_depths_of_a_random_forest() -> None:
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 300):
+        parent = np.array([rng.integers(-1, i) if i else -1 for i in range(size)], dtype=np.int64)  # parents first
+        parent[rng.random(size) < 0.1] = -2  # nodes left out count as roots too
+        expected = []
+        for node in range(size):
+            level, at = 0, parent[node]
+            while at >= 0:
+                level, at = level + 1, parent[at]
+            expected.append(level)
+        assert depths(parent).tolist() == expected

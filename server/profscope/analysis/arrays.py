@@ -59,6 +59,17 @@ def unique_values(values: np.ndarray) -> np.ndarray:
     return (np.flatnonzero(np.bincount(offset, minlength=span)) + low).astype(values.dtype)
 
 
+def stable_argsort(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")``; integers of a range below 2**16 are sorted as uint16, which numpy
+    radix-sorts (O(n), ~7x faster than its timsort of int64 at 3M depths or thread ids). Same order."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iu" and values.ndim == 1 and len(values):
+        low, high = int(values.min()), int(values.max())
+        if high - low < 1 << 16 and high < 2**63:
+            return np.argsort((values.astype(np.int64) - low).astype(np.uint16), kind="stable")
+    return np.argsort(values, kind="stable")
+
+
 def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group rows by the tuple of their values in ``columns``.
 
@@ -91,7 +102,7 @@ def lexsort_ints(keys: tuple[np.ndarray, ...]) -> np.ndarray:
     if len(ranks) * span >= 2**62 or low < -(2**62) or high >= 2**62:
         return np.lexsort(keys)
     combined = major_rank * span + (minor.astype(np.int64) - low)
-    order = np.argsort(combined, kind="stable")
+    order = stable_argsort(combined)
     if not rest:
         return order
     ordered = combined[order]
@@ -121,18 +132,23 @@ def by_level(depth: np.ndarray) -> list[np.ndarray]:
     """The nodes at each depth (0, 1, ...), each in increasing index order: the same as
     ``np.flatnonzero(depth == level)`` for every level, in one sort instead of one pass over all nodes
     per level (a deep tree has thousands of levels). Negative depths (nodes outside the tree) are left out."""
-    order = np.argsort(depth, kind="stable")
+    order = stable_argsort(depth)
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=-1)) + 2))
     return [order[bounds[level] : bounds[level + 1]] for level in range(len(bounds) - 1)]
 
 
 def depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every node of a forest given as parent indices (negative for roots)."""
+    """Depth of every node of a forest given as parent indices (negative for roots).
+
+    Each step climbs one level for the nodes still below an ancestor only: the cost is the sum of the
+    depths, not the node count times the deepest depth."""
+    parent = np.asarray(parent)
     depth = np.zeros(len(parent), dtype=np.int64)
-    ancestor = np.asarray(parent).copy()
-    climbing = ancestor >= 0
-    while climbing.any():
-        depth[climbing] += 1
-        ancestor[climbing] = parent[ancestor[climbing]]
+    nodes = np.flatnonzero(parent >= 0)
+    ancestor = parent[nodes]
+    while len(nodes):
+        depth[nodes] += 1
+        ancestor = parent[ancestor]
         climbing = ancestor >= 0
+        nodes, ancestor = nodes[climbing], ancestor[climbing]
     return depth

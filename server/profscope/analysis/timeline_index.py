@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
+from profscope.analysis.arrays import stable_argsort
 from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
@@ -115,7 +116,7 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
         info["lanes"] = []
         info["max_depth"] = int(row_depth.max(initial=-1))
         info["events"] = len(rows)
-        by_depth = np.argsort(row_depth, kind="stable")  # time order kept within each depth
+        by_depth = stable_argsort(row_depth)  # time order kept within each depth
         sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
         if not len(sorted_rows):
             continue
