@@ -14,6 +14,7 @@ from profscope.analysis.arrays import (
     depths,
     group_ids,
     lookup,
+    rows_by_value,
     stable_argsort,
     unique_inverse,
     unique_values,
@@ -139,3 +140,12 @@ def test_depths_of_a_random_forest() -> None:
                 level, at = level + 1, parent[at]
             expected.append(level)
         assert depths(parent).tolist() == expected
+
+
+def test_rows_by_value_lists_each_values_rows() -> None:
+    rng = np.random.default_rng(5)
+    for values in (np.zeros(0, np.int32), np.array([4]), rng.integers(-3, 9, 1000).astype(np.int32)):
+        found = rows_by_value(values)
+        assert sorted(found) == np.unique(values).tolist()
+        for value, rows in found.items():
+            np.testing.assert_array_equal(rows, np.flatnonzero(values == value))
