@@ -23,7 +23,7 @@ from profscope.analysis import intervals
 from profscope.analysis.context import TraceContext
 from profscope.analysis.distributed import build_distributed, summary_from_json
 from profscope.analysis.kernels import kernel_rows
-from profscope.analysis.operators import operator_rows, time_accounting
+from profscope.analysis.operators import _has_row_above, operator_rows, time_accounting
 from profscope.analysis.overview import build_overview
 from profscope.analysis.rank_summary import rank_summary
 from profscope.cache import dumps
@@ -225,3 +225,20 @@ def test_waiting_inside_gloo_all_reduce_is_communication(corpus: Path) -> None:
     view = _distributed(corpus, GLOO_SPAN_1)
     for rank in view["ranks"]:
         assert rank["communication_us"] > 10 * rank["overlapping_us"], rank["worker"]
+
+
+def test_has_row_above_matches_a_walk_up_each_node() -> None:
+    """The climb that stops at the first row gives what walking every node up to its root gives."""
+    rng = np.random.default_rng(17)
+    for size in (0, 1, 400):
+        parent = np.array([rng.integers(-1, i) if i else -1 for i in range(size)], dtype=np.int64)
+        parent[rng.random(size) < 0.05] = -2
+        is_operator = rng.random(size) < 0.3
+        tree = type("Tree", (), {"parent": parent, "is_operator": is_operator})()
+        expected = []
+        for node in range(size):
+            above, at = False, parent[node]
+            while at >= 0:
+                above, at = above or bool(is_operator[at]), parent[at]
+            expected.append(above)
+        assert _has_row_above(tree).tolist() == expected

@@ -1,4 +1,6 @@
-"""group_ids groups rows exactly as np.unique over stacked columns does; by_level lists nodes per depth."""
+"""group_ids groups rows exactly as np.unique over stacked columns does, and unique_inverse / unique_values
+answer as np.unique does on both of their paths (counting for small integer ranges, sorting otherwise);
+by_level lists nodes per depth."""
 
 from __future__ import annotations
 
@@ -6,7 +8,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profscope.analysis.arrays import by_level, depths, group_ids, lookup
+from profscope.analysis import arrays
+from profscope.analysis.arrays import (
+    by_level,
+    depths,
+    group_ids,
+    lookup,
+    rows_by_value,
+    stable_argsort,
+    unique_inverse,
+    unique_values,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -39,3 +51,101 @@ def test_by_level_lists_each_levels_nodes_as_a_scan_per_level_would() -> None:
             np.testing.assert_array_equal(got, want)  # same nodes, same (increasing) order
     deep = depths(np.arange(-1, 2999))  # one chain 3,000 levels deep
     assert [level.tolist() for level in by_level(deep)] == [[n] for n in range(3000)]
+
+
+def _samples() -> list[np.ndarray]:
+    """Arrays of every kind the helpers meet: empty, one value, small and huge ranges, negatives, other dtypes."""
+    rng = np.random.default_rng(20261127)
+    found = [np.zeros(0, np.int64), np.array([5]), np.array([-3]), np.array([7, 7, 7]), np.array([True, False, True])]
+    found.append(np.array([2**64 - 1, 2**64 - 3, 2**64 - 1], dtype=np.uint64))  # a small range beyond int64
+    for size in (2, 30, 1000, 100_000):
+        found += [
+            rng.integers(0, 20, size),  # a few distinct values: counted
+            rng.integers(-50, 50, size).astype(np.int32),  # negative values
+            rng.integers(0, 4 * size, size),  # range about the count limit
+            rng.integers(-(2**62), 2**62, size),  # huge range: sorted
+            rng.integers(0, 255, size).astype(np.uint8),
+            rng.integers(0, 2**63, size, dtype=np.uint64),  # beyond int64 once offset: sorted
+            rng.integers(0, 2, size).astype(bool),
+            rng.normal(size=size).round(1),  # floats: sorted
+            rng.integers(-128, 128, size).astype(np.int8),  # a range that overflows int8 once offset
+            rng.integers(60_000, 60_000 + 2**16, size).astype(np.int32),  # just beyond 16 bits
+        ]
+    return found
+
+
+def test_unique_inverse_and_values_match_np_unique() -> None:
+    for values in _samples():
+        unique, inverse = unique_inverse(values)
+        expected, expected_inverse = np.unique(values, return_inverse=True)
+        assert unique.dtype == expected.dtype and inverse.dtype == np.int64
+        np.testing.assert_array_equal(unique, expected)
+        np.testing.assert_array_equal(inverse, expected_inverse.reshape(-1))
+        np.testing.assert_array_equal(stable_argsort(values), np.argsort(values, kind="stable"))
+        only = unique_values(values)
+        assert only.dtype == expected.dtype
+        np.testing.assert_array_equal(only, expected)
+
+
+def test_counting_path_is_taken_for_small_ranges_only() -> None:
+    assert arrays._dense_offset(np.array([3, -2, 9])) is not None
+    assert arrays._dense_offset(np.array([0, 2**40])) is None
+    assert arrays._dense_offset(np.array([0.5, 1.0])) is None
+    assert arrays._dense_offset(np.zeros(0, np.int64)) is None
+
+
+def test_group_ids_on_large_columns_matches_unique_rows() -> None:
+    rng = np.random.default_rng(7)
+    size = 50_000
+    for columns in (
+        [rng.integers(0, 300, size), rng.integers(-5, 5, size)],  # combined key counted
+        [rng.integers(0, 5000, size), rng.integers(0, 5000, size), rng.integers(0, 50, size)],  # combined key sorted
+        [rng.integers(-(2**50), 2**50, size), rng.normal(size=size).round(2)],
+    ):
+        group, first = group_ids(*columns)
+        keys, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        np.testing.assert_array_equal(group, inverse.reshape(-1))
+        np.testing.assert_array_equal(np.stack([c[first] for c in columns], axis=1), keys)
+        expected_first = np.unique(inverse.reshape(-1), return_index=True)[1]
+        np.testing.assert_array_equal(first, expected_first)
+
+
+def test_lexsort_ints_matches_lexsort() -> None:
+    rng = np.random.default_rng(11)
+    for size in (0, 1, 2, 50, 20_000):
+        track = rng.integers(0, 4, size).astype(np.int32)
+        start = rng.integers(0, max(size // 3, 1), size) * 1000  # many equal (track, start) pairs
+        duration = rng.integers(0, 5, size)
+        kind = rng.integers(0, 2, size).astype(np.int8)
+        for keys in (
+            (np.arange(size), -duration, start, track),
+            (-duration, kind, start, track),
+            (start, track),
+            (duration, start, rng.integers(-(2**40), 2**40, size)),  # sorting by both would overflow: lexsort
+            (duration, rng.normal(size=size), track),  # float key: lexsort
+            (duration, start.astype(np.uint64), track.astype(bool)),
+        ):
+            np.testing.assert_array_equal(arrays.lexsort_ints(keys), np.lexsort(keys))
+
+
+def test_depths_of_a_random_forest() -> None:
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 300):
+        parent = np.array([rng.integers(-1, i) if i else -1 for i in range(size)], dtype=np.int64)  # parents first
+        parent[rng.random(size) < 0.1] = -2  # nodes left out count as roots too
+        expected = []
+        for node in range(size):
+            level, at = 0, parent[node]
+            while at >= 0:
+                level, at = level + 1, parent[at]
+            expected.append(level)
+        assert depths(parent).tolist() == expected
+
+
+def test_rows_by_value_lists_each_values_rows() -> None:
+    rng = np.random.default_rng(5)
+    for values in (np.zeros(0, np.int32), np.array([4]), rng.integers(-3, 9, 1000).astype(np.int32)):
+        found = rows_by_value(values)
+        assert sorted(found) == np.unique(values).tolist()
+        for value, rows in found.items():
+            np.testing.assert_array_equal(rows, np.flatnonzero(values == value))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,3 +51,40 @@ def test_clip_keeps_the_points_inside_the_window(a, start, end) -> None:
     expected = intervals.intersect(_as_set(a), window) if end > start else intervals.empty()
     for got, want in zip(clipped, expected, strict=True):  # the same normalised set as the general intersection
         np.testing.assert_array_equal(got, want)
+
+
+def _touching_set(cuts: list[int], kept: list[bool]) -> intervals.IntervalSet:
+    """Sorted disjoint intervals between consecutive distinct cuts, some touching (not what ``merge`` joins)."""
+    points = sorted(set(cuts))
+    pairs = [(s, e) for (s, e), keep in zip(itertools.pairwise(points), kept, strict=False) if keep]
+    return np.array([s for s, _ in pairs], dtype=np.int64), np.array([e for _, e in pairs], dtype=np.int64)
+
+
+cuts = st.lists(st.integers(-(2**40), 2**40) | st.integers(0, 40), max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(spans, spans, cuts, st.lists(st.booleans(), min_size=14, max_size=14), cuts)
+def test_intersect_and_subtract_of_sorted_sets_match_the_sweep(a, b, cuts_c, kept, cuts_d) -> None:
+    """The binary-search path for sorted disjoint sets gives the very arrays of the general sweep over all ends."""
+    touching_c, touching_d = _touching_set(cuts_c, kept), _touching_set(cuts_d, kept[::-1])
+    sets = [_as_set(a), _as_set(b), touching_c, touching_d]
+    for first in sets:
+        for second in sets:
+            assert intervals._is_normalised(first) and intervals._is_normalised(second)
+            if len(first[0]) == 0 or len(second[0]) == 0:
+                continue
+            for fast, want_b in ((intervals.intersect, True), (intervals.subtract, False)):
+                got = fast(first, second)
+                expected = intervals._coverage_segments(first, second, True, want_b, True)
+                for got_part, want_part in zip(got, expected, strict=True):
+                    assert got_part.dtype == want_part.dtype == np.int64
+                    np.testing.assert_array_equal(got_part, want_part)
+
+
+def test_overlapping_input_takes_the_sweep() -> None:
+    overlapping = (np.array([0, 2], dtype=np.int64), np.array([5, 9], dtype=np.int64))
+    other = (np.array([4], dtype=np.int64), np.array([6], dtype=np.int64))
+    assert not intervals._is_normalised(overlapping)
+    assert [p.tolist() for p in intervals.intersect(overlapping, other)] == [[4], [6]]
+    assert [p.tolist() for p in intervals.subtract(overlapping, other)] == [[0, 6], [4, 9]]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profscope.analysis.arrays import match_keys
+from profscope.analysis.arrays import lexsort_ints, match_keys
 from profscope.analysis.call_tree import CallTree
 from profscope.tables import NO_ID, TraceTables
 
@@ -38,11 +38,13 @@ def fwdbwd_links(tables: TraceTables, tree: CallTree) -> FwdBwdLinks:
     start = start[np.unique(flow_id[start], return_index=True)[1]]  # one start per flow id
     forward_of = match_keys(flow_id[start], start, flow_id[finish], NO_ID)
     finish, forward_of = finish[forward_of >= 0], forward_of[forward_of >= 0]
+    ends = np.concatenate([forward_of, finish])  # both ends' nodes in one search
+    nodes = node_starting_at(tables, tree, flow_track[ends], flow_ts[ends])
     return FwdBwdLinks(
         forward_track=flow_track[forward_of],
         forward_ts=flow_ts[forward_of],
-        forward_node=node_starting_at(tables, tree, flow_track[forward_of], flow_ts[forward_of]),
-        backward_node=node_starting_at(tables, tree, flow_track[finish], flow_ts[finish]),
+        forward_node=nodes[: len(forward_of)],
+        backward_node=nodes[len(forward_of) :],
     )
 
 
@@ -56,6 +58,7 @@ def node_starting_at(tables: TraceTables, tree: CallTree, tracks: np.ndarray, ti
     width = int(ranks.max(initial=0)) + 1
     node_key = node_track * width + ranks[: len(node_ts)]
     wanted = tracks.astype(np.int64) * width + ranks[len(node_ts) :]
-    order = np.lexsort((-np.asarray(events["dur_ns"])[tree.node_event], node_key))  # longest first per key
+    # longest first per key; (track, rank) orders as node_key does, and the nodes are nearly in that order
+    order = lexsort_ints((-np.asarray(events["dur_ns"])[tree.node_event], ranks[: len(node_ts)], node_track))
     first = np.append(True, node_key[order][1:] != node_key[order][:-1])
     return match_keys(node_key[order][first], order[first], wanted, NO_ID)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import by_level, depths, lookup, match_keys
+from profscope.analysis.arrays import by_level, depths, lexsort_ints, lookup, match_keys, stable_argsort
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -67,7 +67,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     events = tables.events
     kind = np.asarray(events["kind"])
     host_rows = np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
-    host_rows = host_rows[np.argsort(np.asarray(events["track"])[host_rows], kind="stable")]  # by thread, (ts, -dur)
+    host_rows = host_rows[stable_argsort(np.asarray(events["track"])[host_rows])]  # by thread, (ts, -dur)
     runtime_rows = np.flatnonzero(np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)))
     parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, events)
     is_cpu_op = kind[host_rows] == Kind.CPU_OP
@@ -89,9 +89,19 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     )
     is_operator = live & is_cpu_op & ~excluded[np.asarray(events["name"])[host_rows]]
     live_parent = np.where(live & (node_parent >= 0), node_parent, ROOT)
-    row_owner = _row_owners(live_parent, is_operator)
+    levels = by_level(depths(live_parent))  # the nodes of each depth, for both passes over the tree
+    row_owner = _row_owners(live_parent, is_operator, levels)
     sums = _node_sums(
-        tables, host_rows, live_parent, is_cpu_op, runtime_rows, runtime_inside, device_rows, device_node, row_owner
+        tables,
+        host_rows,
+        live_parent,
+        levels,
+        is_cpu_op,
+        runtime_rows,
+        runtime_inside,
+        device_rows,
+        device_node,
+        row_owner,
     )
     device_op_row = lookup(row_owner, device_node, ROOT)
     keep = np.flatnonzero(live)
@@ -180,10 +190,11 @@ def _device_launches(
     return device_rows, lookup(runtime_rows, position, NO_ID), lookup(runtime_node, position, ROOT)
 
 
-def _row_owners(tree_parent: np.ndarray, is_row: np.ndarray) -> np.ndarray:
-    """Per node, the nearest operator row at or above it (ROOT when there is none)."""
+def _row_owners(tree_parent: np.ndarray, is_row: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """Per node, the nearest operator row at or above it (ROOT when there is none); ``levels``: the nodes of
+    each depth (``by_level``)."""
     owner = np.where(is_row, np.arange(len(is_row)), ROOT)
-    for level_nodes in by_level(depths(tree_parent))[1:]:  # parents first, so owners flow down
+    for level_nodes in levels[1:]:  # parents first, so owners flow down
         nodes = level_nodes[~is_row[level_nodes]]
         owner[nodes] = owner[tree_parent[nodes]]
     return owner
@@ -193,6 +204,7 @@ def _node_sums(
     tables: TraceTables,
     host_rows: np.ndarray,
     tree_parent: np.ndarray,
+    levels: list[np.ndarray],
     is_cpu_op: np.ndarray,
     runtime_rows: np.ndarray,
     runtime_inside: np.ndarray,
@@ -242,7 +254,7 @@ def _node_sums(
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
     tc_total = tc_self.copy()
-    for nodes in reversed(by_level(depths(tree_parent))[1:]):  # deepest first, so sums flow to the roots
+    for nodes in reversed(levels[1:]):  # deepest first, so sums flow to the roots
         parents = tree_parent[nodes]
         np.add.at(device_total, parents, device_total[nodes])
         np.add.at(tc_total, parents, tc_total[nodes])
@@ -287,19 +299,26 @@ def _nest(
     starts = np.asarray(events["ts_ns"])[all_rows]
     durations = np.asarray(events["dur_ns"])[all_rows]
     tracks = np.asarray(events["track"])[all_rows]
-    order = np.lexsort((np.arange(len(all_rows)), -durations, starts, tracks))
+    order = lexsort_ints((np.arange(len(all_rows)), -durations, starts, tracks))
     starts, ends, tracks = starts[order], (starts + durations)[order], tracks[order]
     del durations, all_rows
-    if _call_tree_sweep is not None:
-        swept, dropped = _call_tree_sweep.sweep(
-            order, starts, ends, tracks.astype(np.int64), node_count, ROOT, UNLINKED
-        )
-        found = np.frombuffer(swept, dtype=np.int64)
-    else:
-        found, dropped = _sweep(order, starts, ends, tracks, node_count)
+    found, dropped = sweep_sorted(order, starts, ends, tracks, node_count)
     result = np.empty(len(order), dtype=np.int64)
     result[order] = found
     return result[:node_count], dropped, result[node_count:]
+
+
+def sweep_sorted(
+    order: np.ndarray, starts: np.ndarray, ends: np.ndarray, tracks: np.ndarray, node_count: int
+) -> tuple[np.ndarray, int]:
+    """Nest items sorted by (track, start, enclosing ones first): ``order[i]`` is the item at position ``i``,
+    items from ``node_count`` on are leaves (runtime calls, memory records). Returns the enclosing node of each
+    position (ROOT / UNLINKED) and how many nodes were UNLINKED; in C when the extension was compiled."""
+    if _call_tree_sweep is not None:
+        as_int64 = [np.ascontiguousarray(column, dtype=np.int64) for column in (order, starts, ends, tracks)]
+        swept, dropped = _call_tree_sweep.sweep(*as_int64, node_count, ROOT, UNLINKED)
+        return np.frombuffer(swept, dtype=np.int64), dropped
+    return _sweep(order, starts, ends, tracks, node_count)
 
 
 def _sweep(

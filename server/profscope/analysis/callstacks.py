@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import group_ids
+from profscope.analysis.arrays import group_ids, lexsort_ints
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.operators import op_column
@@ -64,7 +64,7 @@ def _enclosing_python(tables: TraceTables, op_events: np.ndarray) -> np.ndarray:
     rows = np.concatenate([python_events, op_events])
     is_op = np.concatenate([np.zeros(len(python_events), bool), np.ones(len(op_events), bool)])
     # python frames sort before an op that starts at the same time, so they can enclose it
-    order = np.lexsort((is_op, -(end[rows] - ts[rows]), ts[rows], track[rows]))
+    order = lexsort_ints((is_op, -(end[rows] - ts[rows]), ts[rows], track[rows]))
     result = np.full(len(op_events), NO_ID, dtype=np.int64)
     starts, ends, tracks = ts[rows].tolist(), end[rows].tolist(), track[rows].tolist()
     stack: list[int] = []

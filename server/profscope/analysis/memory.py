@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import by_level
+from profscope.analysis.arrays import by_level, lexsort_ints
+from profscope.analysis.call_tree import ROOT, sweep_sorted
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, TraceTables
 
 NS_PER_US = 1000.0
-ROOT = -1
 ROOT_NAME = "CallTreeRoot"
 CPU, CUDA = 0, 1
 
@@ -115,29 +115,18 @@ def _nest_with_records(
     if len(record_ts) == 0:
         return parent, record_node
     # one sweep over nodes and records sorted by (track, time); at equal times nodes come first, the
-    # longer node first, so that a record at a node's start is inside it
+    # longer node first, so that a record at a node's start is inside it. Records are leaves that end where
+    # they start: the call tree's sweep nests them as it nests runtime calls (a record is always inside the
+    # open node, as its time is before that node's end), and its UNLINKED marks the nodes left out.
     kind = np.concatenate([np.zeros(node_count, np.int8), np.ones(len(record_ts), np.int8)])
     tracks = np.concatenate([track, record_track])
     times = np.concatenate([start, record_ts])
     lengths = np.concatenate([end - start, np.zeros(len(record_ts), np.int64)])
-    order = np.lexsort((-lengths, kind, times, tracks))
-    ends = end.tolist()
-    current_track = None
-    stack: list[int] = []
-    for item, item_track, item_time in zip(order.tolist(), tracks[order].tolist(), times[order].tolist(), strict=True):
-        if item_track != current_track:
-            current_track, stack = item_track, []
-        while stack and item_time >= ends[stack[-1]]:
-            stack.pop()
-        if item < node_count:
-            if stack and ends[item] > ends[stack[-1]]:
-                parent[item] = -2  # overlaps its enclosing node without nesting: left out
-                continue
-            parent[item] = stack[-1] if stack else ROOT
-            stack.append(item)
-        else:
-            record_node[item - node_count] = stack[-1] if stack else ROOT
-    return parent, record_node
+    order = lexsort_ints((-lengths, kind, times, tracks))
+    found, _ = sweep_sorted(order, times[order], (times + lengths)[order], tracks[order], node_count)
+    found_by_item = np.empty(len(order), dtype=np.int64)
+    found_by_item[order] = found
+    return found_by_item[:node_count], found_by_item[node_count:]
 
 
 @payload("memory.attribution", version=2)

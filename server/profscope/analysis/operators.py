@@ -129,14 +129,22 @@ def time_accounting(tables: TraceTables, tree: CallTree) -> dict[str, float]:
 
 
 def _has_row_above(tree: CallTree) -> np.ndarray:
-    """Per node: some ancestor is an operator row."""
+    """Per node: some ancestor is an operator row. A node stops climbing at the first row or root it meets."""
     above = np.zeros(len(tree.parent), dtype=bool)
-    ancestor = tree.parent.copy()
-    while (ancestor >= 0).any():
+    nodes = np.flatnonzero(tree.parent >= 0)
+    ancestor = tree.parent[nodes]
+    while len(nodes):
+        found = tree.is_operator[ancestor]
+        above[nodes[found]] = True
+        nodes, ancestor = nodes[~found], tree.parent[ancestor[~found]]
         climbing = ancestor >= 0
-        above[climbing] |= tree.is_operator[ancestor[climbing]]
-        ancestor[climbing] = tree.parent[ancestor[climbing]]
+        nodes, ancestor = nodes[climbing], ancestor[climbing]
     return above
+
+
+def _memo_accounting(context: TraceContext) -> dict[str, float]:
+    """``time_accounting``, once for both groupings of the Operator view."""
+    return context.memo("operators.time_accounting", lambda: time_accounting(context.tables, context.tree))
 
 
 @payload("operators.operator", version=3)
@@ -145,7 +153,7 @@ def operators_by_name(context: TraceContext) -> dict[str, Any]:
     return {
         "group_by": "operator",
         "rows": rows,
-        "accounting": time_accounting(context.tables, context.tree),
+        "accounting": _memo_accounting(context),
         "empty_reason": why_no_operators(context.tables, rows),
     }
 
@@ -156,6 +164,6 @@ def operators_by_name_and_shape(context: TraceContext) -> dict[str, Any]:
     return {
         "group_by": "operator_input_shape",
         "rows": rows,
-        "accounting": time_accounting(context.tables, context.tree),
+        "accounting": _memo_accounting(context),
         "empty_reason": why_no_operators(context.tables, rows),
     }

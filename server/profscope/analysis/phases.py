@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
+from profscope.analysis.arrays import stable_argsort
 from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.steps import Steps
@@ -70,7 +71,7 @@ def model_phases(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str,
     host_sets = {phase: intervals.merge(ts[r], end[r]) for phase, r in rows.items()}
     device_phase, device_step, device_rows = _device_phase_and_step(tables, tree, steps, rows, ts, end, track)
     result_steps = []
-    by_step = np.argsort(device_step, kind="stable")  # each step's device rows, found without a pass over all
+    by_step = stable_argsort(device_step)  # each step's device rows, found without a pass over all
     step_bounds = np.searchsorted(device_step[by_step], np.arange(len(steps.names) + 1))
     for index, name in enumerate(steps.names):
         window = (int(steps.host_starts_ns[index]), int(steps.host_ends_ns[index]))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
+from profscope.analysis.arrays import match_keys
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.device_activity import (
@@ -285,7 +286,7 @@ class _CallResolver:
         self.op_event = np.asarray(ops["event"], dtype=np.int64)
         self.op_dims = np.asarray(ops["input_dims"])
         self.op_types = np.asarray(ops["input_types"])
-        self.device_position = {int(r): i for i, r in enumerate(np.asarray(tree.device_rows).tolist())}
+        self.device_rows = np.asarray(tree.device_rows, dtype=np.int64)  # sorted (flatnonzero): binary search
         self.node_of_event: dict[int, int] | None = None
         self._pg_cache: dict[tuple[int, int, int], int] = {}
 
@@ -299,8 +300,8 @@ class _CallResolver:
         """Event rows of the ops enclosing / launching this call, innermost first."""
         tree = self.tree
         if on_device:
-            position = self.device_position.get(row)
-            node = int(tree.device_node[position]) if position is not None else -1
+            position = self._row_in(self.device_rows, row)
+            node = int(tree.device_node[position]) if position != NO_ID else -1
         else:
             if self.node_of_event is None:
                 self.node_of_event = {int(e): i for i, e in enumerate(np.asarray(tree.node_event).tolist())}
@@ -640,8 +641,8 @@ def _idle_breakdown(tables: TraceTables, tree: CallTree) -> dict[str, Any]:
     ts = np.asarray(events["ts_ns"])[rows]
     end = ts + np.asarray(events["dur_ns"])[rows]
     runtime_start = np.full(len(rows), np.iinfo(np.int64).min, dtype=np.int64)
-    position = {int(r): i for i, r in enumerate(np.asarray(tree.device_rows).tolist())}
-    launch = np.array([position.get(int(r), -1) for r in rows.tolist()], dtype=np.int64)
+    device_rows = np.asarray(tree.device_rows)  # sorted (flatnonzero)
+    launch = match_keys(device_rows, np.arange(len(device_rows)), rows, -1)
     has_launch = launch >= 0
     runtime_rows = np.asarray(tree.device_runtime)[launch[has_launch]]
     linked = runtime_rows >= 0

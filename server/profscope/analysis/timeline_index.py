@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
+from profscope.analysis.arrays import rows_by_value, stable_argsort, unique_values
 from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
@@ -92,12 +93,12 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     names = np.asarray(events["name"])
 
     depth = np.zeros(len(start), dtype=np.int32)
-    for track_id in np.unique(track):
-        rows = np.flatnonzero(track == track_id)
+    track_rows = rows_by_value(track)
+    for rows in track_rows.values():
         depth[rows] = lane_depths(start[rows], end[rows])
 
-    groups, tracks = _layout(tables, track, kind, depth)
     step_rows = _profiler_step_rows(tables, kind)
+    groups, tracks = _layout(tables, track, kind, depth, len(step_rows) > 0)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
 
     # Lanes in display order: (track slot, depth). Raw slice positions follow lane order.
@@ -110,12 +111,12 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
         if info["id"] == STEPS_TRACK:
             rows, row_depth = step_rows, step_depth
         else:
-            rows = np.flatnonzero(track == int(info["id"][1:]))
+            rows = track_rows.get(int(info["id"][1:]), np.zeros(0, dtype=np.int64))
             row_depth = depth[rows]
         info["lanes"] = []
         info["max_depth"] = int(row_depth.max(initial=-1))
         info["events"] = len(rows)
-        by_depth = np.argsort(row_depth, kind="stable")  # time order kept within each depth
+        by_depth = stable_argsort(row_depth)  # time order kept within each depth
         sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
         if not len(sorted_rows):
             continue
@@ -187,7 +188,8 @@ def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _rows_are_disjoint(start: np.ndarray, end: np.ndarray, depth: np.ndarray) -> bool:
-    order = np.lexsort((start, depth))
+    # by depth, then start: slices come in start order, so a stable sort by depth alone is that order
+    order = stable_argsort(depth) if bool((start[1:] >= start[:-1]).all()) else np.lexsort((start, depth))
     same_row = depth[order][1:] == depth[order][:-1]
     return bool(np.all(start[order][1:][same_row] >= end[order][:-1][same_row]))
 
@@ -274,18 +276,19 @@ def _int_or_text(value: str) -> tuple:
 
 
 def _layout(
-    tables: TraceTables, track: np.ndarray, kind: np.ndarray, depth: np.ndarray
+    tables: TraceTables, track: np.ndarray, kind: np.ndarray, depth: np.ndarray, has_steps: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Groups (processes, devices) and tracks (threads, streams) in display order."""
-    present = np.unique(track)
+    """Groups (processes, devices) and tracks (threads, streams) in display order (``has_steps``: the trace has
+    ProfilerStep ranges, shown on a track of their own)."""
+    present = unique_values(track)
     kinds_by_track: dict[int, set[int]] = {int(t): set() for t in present}
-    pairs = np.unique(track * 64 + kind.astype(np.int64))
+    pairs = unique_values(track * 64 + kind.astype(np.int64))
     for pair in pairs.tolist():
         kinds_by_track[pair // 64].add(pair % 64)
 
     groups: list[dict[str, Any]] = []
     tracks: list[dict[str, Any]] = []
-    if len(_profiler_step_rows(tables, kind)):
+    if has_steps:
         groups.append({"id": "g_steps", "name": "Steps", "kind": "steps"})
         tracks.append({"id": STEPS_TRACK, "group": "g_steps", "name": "ProfilerStep", "kind": "slices"})
 
