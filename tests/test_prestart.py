@@ -44,3 +44,38 @@ def test_other_worker_settings_start_a_pool_of_their_own(tmp_path: Path) -> None
         assert pool._shutdown_thread  # stopped, not left running
     finally:
         manager.close()
+
+
+def test_one_core_per_parse_keeps_a_lone_parse_on_one_process(tmp_path: Path) -> None:
+    """``--cores-per-parse 1``: a parse alone on the machine gets no second process (the lowest peak memory)."""
+    import shutil
+    from concurrent.futures import Future
+
+    from conftest import corpus_file
+    from profscope.catalog import build_runs
+    from profscope.config import Settings
+
+    trace = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
+    root = tmp_path / "root" / "run"
+    root.mkdir(parents=True)
+    shutil.copy(corpus_file(trace), root / Path(trace).name)
+    source = LocalSource(root.parent)
+    (file,) = [t for run in build_runs([("root", source.uri, source.list())]).values() for t in run.traces()]
+
+    class Recorded:  # the pool, seen from the manager: what it was asked to run
+        def __init__(self) -> None:
+            self.requests: list = []
+
+        def submit(self, job: object, request: object) -> Future:
+            self.requests.append(request)
+            return Future()
+
+    assert Settings().cores_per_parse == 2  # the server's default
+    for cores, second_core in ((1, False), (2, True)):
+        manager = _manager(tmp_path / str(cores), 1)
+        manager.limits = WorkerLimits(cores=cores)
+        manager._pool = pool = Recorded()
+        manager.request(file)
+        assert [request.second_core for request in pool.requests] == [second_core]
+        manager._pool = None
+        manager.close()

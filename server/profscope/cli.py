@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of worker processes that parse traces (default: CPU count, at most 4)",
     )
     serve.add_argument(
+        "--cores-per-parse",
+        type=int,
+        choices=(1, 2),
+        default=_int_env("CORES_PER_PARSE", Settings().cores_per_parse),
+        help="processes one parse may use when it is the only one, to decode the file and compute its views: 2 "
+        "(default) is faster, 1 has the lowest peak memory (bench/RESULTS.md, run 13)",
+    )
+    serve.add_argument(
         "--rescan-seconds",
         type=float,
         default=float(env("RESCAN_SECONDS") or 10.0),
@@ -353,6 +361,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
         shared_cache=shared_cache,
         shared_cache_write=args.shared_cache_write,
         workers=max(1, args.workers),
+        cores_per_parse=args.cores_per_parse,
         rescan_seconds=args.rescan_seconds,
         cache_max_bytes=max(0, args.cache_max_bytes),
         max_trace_bytes=args.max_trace_bytes,

@@ -29,6 +29,7 @@ class Settings:
     max_snapshot_bytes: int = 8 << 30
     max_parse_seconds: float = 3600.0  # a parse still running after this is stopped (its worker killed)
     worker_memory_bytes: int = 0  # address space of each parser process (RLIMIT_AS); 0: no cap
+    cores_per_parse: int = 2  # processes one parse may use when it is the only one; 1: the lowest peak memory
     source_roots: list[Path] = field(default_factory=list)  # where jump-to-source may read files
     source_link_template: str = ""  # e.g. vscode://file/{path}:{line} or https://host/blob/{rev}/{relpath}#L{line}
     source_path_map: list[tuple[str, str]] = field(default_factory=list)  # (trace prefix, repo prefix)

@@ -105,7 +105,7 @@ class Profscope:
             metrics=self.metrics.ingest,
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
-            limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes),
+            limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes, settings.cores_per_parse),
             queries=queries,
         )
         self._runs: dict[str, Run] = {}

@@ -73,6 +73,7 @@ class WorkerLimits:
 
     max_parse_seconds: float = 3600.0
     memory_bytes: int = 0
+    cores: int = 2  # processes a parse may use when it is the only one (its decoding and its views); 1: least memory
 
 
 @dataclass
@@ -541,7 +542,7 @@ class IngestManager:
                 self.max_snapshot_bytes,
                 cache_key=key,
                 # alone on the machine: its views may take a second core (several parses share the cores)
-                second_core=not self._running and not self._pending,
+                second_core=self.limits.cores > 1 and not self._running and not self._pending,
                 stage=stage,
             )
             with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)

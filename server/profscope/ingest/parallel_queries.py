@@ -70,6 +70,14 @@ class ViewJobs:
         with contextlib.suppress(Exception):
             self.context.steps  # noqa: B018 - builds the tree too
 
+    def release(self) -> None:
+        """Drop the call tree and every shared structure: what comes next (the timeline index) needs the room."""
+        from profscope.analysis.context import TraceContext
+        from profscope.ingest.malloc_tuning import release_freed_memory
+
+        self.context = TraceContext(self.tables)
+        release_freed_memory()
+
     def run(self, name: str) -> Report:
         """Job ``name``, whose result is written once this returns."""
         if name == TIMELINE or not self.queries[name].first:
@@ -208,18 +216,18 @@ def compute_views(
 
     local = ViewJobs(cache, request, tables)
     helpers: list[ForkedHelper] = []
-    counter = Counter()
-    if two_cores(request):
-        if TIMELINE in names:  # needs no call tree: a first child builds it while this process builds the tree
+    timeline_last = TIMELINE in names  # on one core the timeline index comes last, with the room the others had
+    names = [name for name in names if name != TIMELINE]
+    counter, timeline_child = Counter(), None
+    second = two_cores(request)
+    if second:
+        counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        if timeline_last:  # needs no call tree: a first child builds it while this process builds the tree
             helpers += _fork(local, [TIMELINE], Counter())
-            names = [name for name in names if name != TIMELINE]
+            timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
         mark = time.perf_counter()
         local.shared_structures()
         phase_s["call_tree"] = time.perf_counter() - mark
-        shared = Counter(multiprocessing.get_context("fork").Value("q", 0))
-        forked = _fork(local, names, shared)
-        helpers += forked
-        counter = shared if forked else counter
 
     def reports(wait: bool) -> None:
         for helper in helpers:
@@ -227,10 +235,20 @@ def compute_views(
                 if report is not None:
                     record(report, helper_did=True)
 
-    while (taken := counter.take()) < len(names):
+    while True:
+        # the child that shares the queries starts once the timeline child is done: two processes at most at a
+        # time, so the peak memory is that of two (the tables and the tree are shared, the temporaries are not)
+        if second and (timeline_child is None or not timeline_child.alive()):
+            second = False
+            helpers += _fork(local, names, counter)
+        if (taken := counter.take()) >= len(names):
+            break
         record(local.run(names[taken]))
         reports(wait=False)
     reports(wait=True)
+    if timeline_last:
+        local.release()
+        record(local.run(TIMELINE))
     for name in every_job:
         if name not in done:  # taken by a helper that died before reporting it
             record(local.run(name))
