@@ -153,8 +153,11 @@ class ChromeTraceReader:
                 f"{len(data):,} bytes after byte {self._consumed:,} of the decompressed trace: not a profiler trace"
             ) from None
 
-    def pieces(self, decode: Callable[[bytes], T]) -> Iterator[T]:
-        """Decode ``[piece]`` for successive pieces of the event array with ``decode``."""
+    def pieces(self, decode: Callable[[bytes], T], decode_last: Callable[[bytes], T] | None = None) -> Iterator[T]:
+        """Decode ``[piece]`` for successive pieces of the event array with ``decode``.
+
+        ``decode_last`` (default ``decode``) decodes the last piece: it must fail on a wrong cut, since
+        that failure is how the end of the event array is found."""
         buffer = self._read_until(HEADER_SEARCH_BYTES, need_structure=True)
         start = self._events_start(buffer)
         if start is None:
@@ -170,7 +173,7 @@ class ChromeTraceReader:
                 eof = not more
                 buffer += more
             if eof:
-                yield from self._finish(buffer, decode)
+                yield from self._finish(buffer, decode_last or decode)
                 return
             cut = self._cut_and_decode(buffer, decode)
             if cut is None:

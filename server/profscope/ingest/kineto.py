@@ -27,7 +27,7 @@ from profscope.ingest import native_events
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
 from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
-from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter
+from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter, SpeculationFailed
 from profscope.tables import (
     EVENT_ROW_TABLES,
     FLOW_PHASES,
@@ -1059,20 +1059,45 @@ def parse_trace(
 
     ``on_progress`` receives the number of bytes read from ``raw`` so far (compressed bytes for a
     gzip file), which is what a progress bar over the file size needs. A big trace is decoded on two
-    cores: a second process builds the tables of every other piece, merged at the end. With ``native``
+    cores: a second process builds the tables of most pieces, merged at the end. With ``native``
     (and the extension built) complete events are decoded by the C decoder; without, all in Python.
+
+    If a piece the second process took turns out cut wrongly, a seekable ``raw`` is read again on one
+    core; any other stream raises ``SpeculationFailed`` and the caller opens it again (``use_second_core=False``).
     """
+    start = raw.tell() if use_second_core and raw.seekable() else None
+    try:
+        return _parse_trace(raw, on_progress, max_trace_bytes, use_second_core, native)
+    except SpeculationFailed:
+        if start is None:
+            raise
+        raw.seek(start)
+        return _parse_trace(raw, on_progress, max_trace_bytes, False, native)
+
+
+def _parse_trace(
+    raw: IO[bytes],
+    on_progress: Callable[[int], None] | None,
+    max_trace_bytes: int,
+    use_second_core: bool,
+    native: bool,
+) -> TraceTables:
     counting = CountingReader(raw, on_progress)
-    reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
+    stream = open_decompressed(counting)
+    reader = ChromeTraceReader(stream, limit_bytes=max_trace_bytes)
     builder = TableBuilder()
     router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        with read_buffers_from_heap():
-            for piece, decoded in reader.pieces(router.route):
-                if decoded is not None:
-                    add_decoded(builder, decoded, piece)
+        try:
+            with read_buffers_from_heap():
+                for piece, decoded in reader.pieces(router.route, router.route_here):
+                    if decoded is not None:
+                        add_decoded(builder, decoded, piece)
+        except (TraceFormatError, msgspec.DecodeError, UnicodeDecodeError):
+            router.check_speculation()  # a wrong cut sent to the helper may be the real cause: then read again
+            raise
         for part in router.finish():
             builder.merge(part)
     except TraceFormatError:
@@ -1083,6 +1108,7 @@ def parse_trace(
         raise TraceFormatError(f"a string of the trace is not valid UTF-8: {exc}") from exc
     finally:
         router.close()
+        stream.close()  # stops the inflating thread of a parse given up half-way
         if gc_was_enabled:
             gc.enable()
     if builder.event_count == 0 and builder.non_event_items:
@@ -1094,8 +1120,8 @@ def parse_trace(
         raise TraceFormatError("the trace has no events")
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
-    if reader.non_utf8_pieces:
-        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
+    if reader.non_utf8_pieces + router.non_utf8_pieces:
+        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces + router.non_utf8_pieces
     tables = builder.finish(reader.top_level)
     if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
         raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))

@@ -1,11 +1,17 @@
-"""Decode a big trace on two cores: a second process builds the tables of every other piece.
+"""Decode a big trace on two cores: a second process builds the tables of most pieces.
 
 The reader (decompression, cutting) stays in the parsing process. Once a trace has proved big
-(``START_AFTER_PIECES`` pieces), two pieces in three are only checked to be well-formed JSON here —
-which is what tells the reader its cut was right — and sent to a helper process that decodes it into
-its own ``TableBuilder``. At the end the helper's partial tables are merged after this process's
+(``START_AFTER_PIECES`` pieces), two pieces in three are sent to a helper process that decodes them
+into its own ``TableBuilder``. At the end the helper's partial tables are merged after this process's
 rows (strings, tracks and row numbers renumbered), and the usual sort by time makes the order of
 the pieces irrelevant.
+
+The reader does not check the pieces it sends (checking cost it as much as decoding them): it
+speculates that its cut (after a ``}`` followed by ``, {``) is right. A wrong cut — ``}, {`` inside a
+string or inside an array of objects — leaves that piece unparsable, so the helper's decode fails on
+it; any piece failing there (malformed or hostile bytes alike) raises ``SpeculationFailed``, and the
+trace is read again on the certain, one-process path, which gives the same tables or the same error
+as if no piece had ever been sent.
 """
 
 from __future__ import annotations
@@ -19,16 +25,23 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import msgspec
-
-from profscope.ingest.json_stream import TraceFormatError
+from profscope.ingest.json_stream import TraceFormatError, valid_utf8
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
-# This process also inflates, cuts and checks every piece, so it decodes one piece in three and
-# the helper two: measured on 1 GB traces, that keeps both cores busy to the end.
+# This process also inflates, cuts and sends every piece, merges and sorts at the end: it decodes
+# one piece in HERE_EVERY and the helper the others (measured on 1 GB traces, see RESULTS).
 HERE_EVERY = 3
-_VALIDATOR = msgspec.json.Decoder(list[msgspec.Raw])
-_READY = b"ready"
+_READY = "ready"
+_SYNC = b"sync"  # asks the helper to answer once it has decoded every piece sent before
+_SYNCED = "synced"
+_DIED = "the process decoding part of this trace died (out of memory?)"
+
+
+class SpeculationFailed(Exception):
+    """A piece sent unchecked to the helper did not decode: read the trace again, on one process.
+
+    Not a ``TraceFormatError``: the file may be fine (a cut fell inside a string), so no caller
+    may record it as the file's error."""
 
 
 @dataclass(frozen=True)
@@ -55,26 +68,72 @@ class PieceRouter:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._ready = False
         self.sent = 0
+        self._confirmed = 0  # pieces the helper said it decoded (at the last sync)
+        self.non_utf8_pieces = 0  # the helper's pieces in which bytes that are not UTF-8 were replaced
 
-    def route(self, piece: bytes) -> Any:
+    def route(self, piece: bytes, here: bool = False) -> Any:
         if self.enabled and self.pieces == START_AFTER_PIECES and self._process is None:
             self._start()
         index = self.pieces
-        if self._helper_ready() and index % HERE_EVERY != 0:
-            _VALIDATOR.decode(piece)  # raises for a wrong cut, like a full decode would
-            if not piece.isascii():  # Raw does not check strings: the reader replaces bad bytes on this error
-                piece.decode("utf-8")
+        if not here and self._helper_ready() and index % HERE_EVERY != 0:
+            self._check_helper()
             try:
                 self._connection.send_bytes(index.to_bytes(8, "little"))
                 self._connection.send_bytes(piece)
             except OSError:
-                raise TraceFormatError("the process decoding part of this trace died (out of memory?)") from None
+                raise TraceFormatError(_DIED) from None
             self.sent += 1
             decoded = None
         else:
-            decoded = self.decoder.decode(piece, self.native)
+            decoded = self._decode_here(piece)
         self.pieces += 1
         return index, decoded
+
+    def route_here(self, piece: bytes) -> Any:
+        """``route`` for a piece that must be decoded here (the last: its decode finds where the array ends)."""
+        return self.route(piece, here=True)
+
+    def _decode_here(self, piece: bytes) -> Any:
+        """A piece that fails here may start where a wrong cut sent to the helper ended: ask the helper
+        first, rather than searching for a cut that does not exist."""
+        try:
+            return self.decoder.decode(piece, self.native)
+        except UnicodeDecodeError:
+            raise  # the reader replaces the bytes and decodes again: nothing to do with the cuts
+        except Exception:
+            self.check_speculation()
+            raise
+
+    def check_speculation(self) -> None:
+        """Raise ``SpeculationFailed`` if a piece sent to the helper did not decode (waits for its answer)."""
+        if self._connection is None or self.sent == self._confirmed:
+            return
+        try:
+            self._connection.send_bytes(_SYNC)
+        except OSError:
+            raise TraceFormatError(_DIED) from None
+        while self._receive() != _SYNCED:
+            pass
+        self._confirmed = self.sent
+
+    def _check_helper(self) -> None:
+        """Without waiting: stop speculating as soon as the helper reports a piece that failed."""
+        while self._connection.poll():
+            self._receive()
+
+    def _receive(self) -> Any:
+        try:
+            message = self._connection.recv()
+        except (EOFError, OSError):
+            raise TraceFormatError(_DIED) from None
+        if isinstance(message, dict):
+            if message.get("failed"):
+                raise SpeculationFailed(f"piece {message['piece']} did not decode in the second process")
+            if message.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
+                raise MemoryError(message["error"])
+            if "error" in message:
+                raise TraceFormatError(message["error"])
+        return message
 
     def _helper_ready(self) -> bool:
         """True once the helper said it is ready; a helper that could not start is given up silently."""
@@ -87,7 +146,7 @@ class PieceRouter:
             return False
         if self._connection.poll():
             try:
-                self._ready = self._connection.recv_bytes() == _READY
+                self._ready = self._connection.recv() == _READY
             except (EOFError, OSError):
                 self._ready = False
             if not self._ready:
@@ -116,16 +175,14 @@ class PieceRouter:
         """The helper's partial tables (nothing if it never started)."""
         if self._connection is None or not self.sent:
             return
-        self._connection.send_bytes(b"")
         try:
-            result = self._connection.recv()
-        except EOFError:
-            raise TraceFormatError("the process decoding half of this trace died (out of memory?)") from None
-        if result.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
-            raise MemoryError(result["error"])
-        if "error" in result:
-            raise TraceFormatError(result["error"])
-        yield result
+            self._connection.send_bytes(b"")
+        except OSError:
+            raise TraceFormatError(_DIED) from None
+        while "partial" not in (result := self._receive()):
+            pass
+        self.non_utf8_pieces = result["non_utf8_pieces"]
+        yield result["partial"]
 
     def close(self) -> None:
         if self._connection is not None:
@@ -136,15 +193,44 @@ class PieceRouter:
                 self._process.kill()
 
 
+def _decode_checked(decoder: PieceDecoder, piece: bytes, native: bool) -> tuple[Any, int]:
+    """A piece decoded as the reader would (bytes that are not UTF-8 replaced), and 1 if some were."""
+    try:
+        return decoder.decode(piece, native), 0
+    except UnicodeDecodeError:
+        return decoder.decode(valid_utf8(piece), native), 1
+
+
 def _decode_pieces(connection: Connection, decoder: PieceDecoder, native: bool) -> None:
-    """The helper: decode pieces until the empty message, then send back the partial tables."""
+    """The helper: decode pieces until the empty message, then send back the partial tables.
+
+    A piece that fails is reported at once (the reader stops sending and starts again on one
+    process); the pieces still in the pipe are then read and dropped."""
     gc.disable()  # as in the parsing process: millions of short-lived objects, no cycles
     builder = decoder.new_builder()
+    failed = False
+    non_utf8_pieces = 0
     try:
-        connection.send_bytes(_READY)
+        connection.send(_READY)
         while index := connection.recv_bytes():
-            decoder.add(builder, decoder.decode(connection.recv_bytes(), native), int.from_bytes(index, "little"))
-        connection.send(builder.partial())
+            if index == _SYNC:
+                connection.send(_SYNCED)
+                continue
+            piece = connection.recv_bytes()
+            if failed:
+                continue
+            try:
+                decoded, replaced = _decode_checked(decoder, piece, native)
+            except MemoryError:
+                raise
+            except Exception:  # a wrong cut, or a malformed piece: the one-process path says which
+                failed, builder = True, None
+                connection.send({"failed": True, "piece": int.from_bytes(index, "little")})
+                continue
+            decoder.add(builder, decoded, int.from_bytes(index, "little"))
+            non_utf8_pieces += replaced
+        if not failed:
+            connection.send({"partial": builder.partial(), "non_utf8_pieces": non_utf8_pieces})
     except (EOFError, BrokenPipeError):  # the parsing process finished or went away
         return
     except MemoryError:
