@@ -1157,7 +1157,7 @@ def add_decoded(builder: TableBuilder, decoded: DecodedPiece, piece: int) -> Non
         builder.add_counters(counters)
 
 
-def decode_piece(piece: bytes, native: bool = True) -> DecodedPiece:
+def decode_piece(piece: bytes | memoryview, native: bool = True) -> DecodedPiece:
     """A piece's events: complete events as columns by the C decoder when it can, the rest as ``Event``s."""
     columns = native_events.decode(piece) if native else None
     if columns is not None:
@@ -1167,6 +1167,7 @@ def decode_piece(piece: bytes, native: bool = True) -> DecodedPiece:
             columns = None  # an odd type among the other events: the Python parser takes the whole piece
         else:
             return others, _counters(columns.others), 0, columns
+    piece = bytes(piece)  # the Python parser's Raw fields point into what it decodes: not a reused buffer
     events, not_events = decode_events(piece)
     return events, _counters(piece), not_events, None
 
