@@ -76,6 +76,24 @@ def test_a_second_process_decoding_pieces_gives_identical_tables(
     _tables_equal(alone, shared)
 
 
+def test_the_second_process_dying_gives_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None
+) -> None:
+    data = corpus_file(RESNET).read_bytes()
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+    route = parallel_decode.PieceRouter.route
+
+    def route_and_kill(router: parallel_decode.PieceRouter, piece: bytes, here: bool = False) -> object:
+        if router.sent == 3:  # killed with pieces in flight, as the kernel's OOM killer would
+            router._process.kill()
+            router._process.join()
+        return route(router, piece, here)
+
+    monkeypatch.setattr(parallel_decode.PieceRouter, "route", route_and_kill)
+    with pytest.raises(TraceFormatError, match="the process decoding part of this trace died"):
+        parse_trace(io.BytesIO(data), use_second_core=True)
+
+
 class _Unseekable(io.BytesIO):
     def seekable(self) -> bool:
         return False
