@@ -133,10 +133,15 @@ def main() -> int:
     sampler = Sampler(server.pid)
     sampler.start()
     base_url = f"http://127.0.0.1:{port}"
+    distributed_ready_s = None  # when the Runs page first said the Distributed view is ready
     try:
         while True:
             try:
                 status, body = get(f"{base_url}/api/runs")
+                now = time.perf_counter() - started
+                states = [r.get("view_states", {}).get("distributed") for r in body.get("runs", [])]
+                if distributed_ready_s is None and states and all(s == "ready" for s in states):
+                    distributed_ready_s = round(now, 1)
                 if status == 200 and body["runs"] and all(r["state"] != "parsing" for r in body["runs"]):
                     break
             except OSError:
@@ -158,6 +163,8 @@ def main() -> int:
         result = {
             "ranks": args.ranks,
             "size": args.size,
+            "distributed_ready_s": distributed_ready_s,
+            "load_1min_at_end": os.getloadavg()[0],
             "uncompressed_mb_per_rank": round(base.stat().st_size / 1e6, 1),
             "gz_mb_total": round(gz_bytes / 1e6, 1),
             "workers": args.workers,

@@ -7,9 +7,11 @@ until every view of the trace is ready, then torch-tb-profiler 0.4.3 and HTA 0.5
 For each trace:
 - profscope: a folder holding only that file (one run) is served by a fresh ``profscope serve`` with an
   empty cache. The clock starts just before the process is started and stops at the first ``/api/runs``
-  answer (polled every 20 ms) where the run's state is ``ready`` and every view of ``view_states`` says
-  ``ready``; the moment each view first said so is kept too (``first_ready_s``). Peak memory is the
-  resident memory of the whole process tree (server + parse workers + their helpers), sampled from /proc,
+  answer (polled every 50 ms: the polling's own cost, on this side and the server's, competes with the work
+  it waits for) where the run's state is ``ready`` and every view of ``view_states`` says ``ready``; the
+  moment each view first said so is kept too (``first_ready_s``). Peak memory of the whole process tree
+  (server + parse workers + their helpers), sampled from /proc: the sum of resident memory, and the sum of
+  proportional memory (PSS: a page a forked helper shares with its worker counts once, not twice),
   and its CPU seconds (user + system) at that moment. The parse workers run at the server's niceness + 10
   (jobs.WORKER_NICENESS), so on a busy machine they get less CPU than a peer at the server's niceness:
   compare CPU seconds too.
@@ -35,9 +37,9 @@ import time
 from pathlib import Path
 
 from local_http import free_port, get, stop_server
-from run_bench import OUT, _tree_rss_kb, timed, tool_command, tree_total, uncompressed_mb
+from run_bench import OUT, _tree_rss_kb, timed, tool_command, tree_pss_kb, tree_total, uncompressed_mb
 
-POLL_S = 0.02
+POLL_S = 0.05
 PEERS = ("torch-tb-profiler", "HTA")
 
 
@@ -49,7 +51,7 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict
     port = free_port()
     command = [sys.executable, "-m", "profscope.cli", "serve", str(root.parent), "--port", str(port),
                "--cache-dir", str(scratch / "cache"), "--log-level", "warning"]  # fmt: skip
-    loads, peak_kb, first_ready = [], 0, {}
+    loads, peak_kb, peak_pss_kb, first_ready = [], 0, 0, {}
     started = time.perf_counter()
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -57,6 +59,7 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict
             if server.poll() is not None:
                 return {"error": f"profscope serve exited with {server.returncode}: {server.stderr.read()[-2000:]}"}
             peak_kb = max(peak_kb, _tree_rss_kb(server.pid))
+            peak_pss_kb = max(peak_pss_kb, tree_pss_kb(server.pid))
             loads.append(os.getloadavg()[0])
             run = _the_run(f"http://127.0.0.1:{port}")
             now = time.perf_counter() - started
@@ -66,6 +69,7 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict
                         first_ready.setdefault(view, round(now, 3))
                 if _every_view_ready(run):
                     return {"wall_s": now, "cpu_s": _tree_cpu_s(server.pid), "peak_tree_rss_mb": peak_kb / 1024,
+                            "peak_tree_pss_mb": peak_pss_kb / 1024,
                             "load_1min": _span(loads), "first_ready_s": first_ready,
                             "views": run.get("views", [])}  # fmt: skip
             time.sleep(POLL_S)
@@ -171,7 +175,7 @@ def markdown(rows: list[dict]) -> str:
         by_input.setdefault(row["input"], {})[row["tool"]] = row
     lines = [
         "| input | unc. MB | profscope serve: every view s | first view (overview) s | profscope CPU s "
-        "| all processes peak MB | tb-profiler s | tb CPU s | tb peak MB | HTA s | HTA CPU s | HTA peak MB "
+        "| all processes peak MB (RSS / PSS) | tb-profiler s | tb CPU s | tb peak MB | HTA s | HTA CPU s | HTA peak MB "
         "| tb / profscope | HTA / profscope | load (1 min) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -181,7 +185,8 @@ def markdown(rows: list[dict]) -> str:
         loads = [x for t in tools.values() for x in t.get("load_1min", [])]
         lines.append(
             f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_cpu(ours)} "
-            f"| {_mb(ours, 'peak_tree_rss_mb')} | {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
+            f"| {_mb(ours, 'peak_tree_rss_mb')} / {_mb(ours, 'peak_tree_pss_mb')} "
+            f"| {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
             f"| {_seconds(hta)} | {_cpu(hta)} | {_mb(hta, 'peak_rss_mb')} "
             f"| {_ratio(tb, ours)} | {_ratio(hta, ours)} | {min(loads, default=0):.1f}-{max(loads, default=0):.1f} |"
         )

@@ -68,10 +68,10 @@ def scaled_trace(family: str, size: str) -> Path:
     return path
 
 
-def tree_total(root_pid: int, value: Callable[[list[str]], float]) -> float:
-    """The sum of ``value(fields of /proc/PID/stat after the name)`` over a process and all its descendants."""
+def _process_tree(root_pid: int) -> tuple[list[int], dict[int, list[str]]]:
+    """A process and all its descendants (from /proc), and every process's /proc/PID/stat fields after the name."""
     children: dict[int, list[int]] = {}
-    values: dict[int, float] = {}
+    fields_of: dict[int, list[str]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -79,12 +79,31 @@ def tree_total(root_pid: int, value: Callable[[list[str]], float]) -> float:
             continue
         pid = int(stat.parent.name)
         children.setdefault(int(fields[1]), []).append(pid)
-        values[pid] = value(fields)
-    total, pending = 0.0, [root_pid]
+        fields_of[pid] = fields
+    tree, pending = [], [root_pid]
     while pending:
         pid = pending.pop()
-        total += values.get(pid, 0.0)
+        tree.append(pid)
         pending.extend(children.get(pid, []))
+    return tree, fields_of
+
+
+def tree_total(root_pid: int, value: Callable[[list[str]], float]) -> float:
+    """The sum of ``value(fields of /proc/PID/stat after the name)`` over a process and all its descendants."""
+    tree, fields_of = _process_tree(root_pid)
+    return sum(value(fields_of[pid]) for pid in tree if pid in fields_of)
+
+
+def tree_pss_kb(root_pid: int) -> int:
+    """Proportional memory of a process and all its descendants (/proc/PID/smaps_rollup): a page shared by
+    several of them (a forked helper's copy-on-write tables) counts once in all, not once per process."""
+    total = 0
+    for pid in _process_tree(root_pid)[0]:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")), 0)
     return total
 
 

@@ -46,3 +46,13 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.fail(f"the trace corpus is not at {CORPUS} (tests/corpus, or PROFSCOPE_CORPUS if set)")
     return CORPUS
+
+
+@pytest.fixture
+def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Workers started by the test wait before every view that is not ``first`` until the returned path exists
+    (``PROFSCOPE_TEST_HOLD_QUERIES``; the server's workers inherit it); it is created at the end in any case."""
+    gate = tmp_path / "release"
+    monkeypatch.setenv("PROFSCOPE_TEST_HOLD_QUERIES", str(gate))
+    yield gate
+    gate.touch()

@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import pytest
 
 from conftest import corpus_file
 from profscope.analysis.overview import overview_payload
@@ -30,14 +29,6 @@ def _get(base: str, path: str, **params: str) -> httpx.Response:
 
 def _run(base: str) -> dict:
     return _get(base, "/api/run", run="filter").json()
-
-
-@pytest.fixture
-def held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    gate = tmp_path / "release"
-    monkeypatch.setenv("PROFSCOPE_TEST_HOLD_QUERIES", str(gate))  # the server's workers inherit it
-    yield gate
-    gate.touch()
 
 
 def test_overview_and_distributed_answer_while_the_slower_views_are_computed(tmp_path: Path, held: Path) -> None:
@@ -80,3 +71,23 @@ def test_a_result_is_served_before_the_entry_is_complete_only_once_its_manifest_
     assert store.result("k", "overview") == b'{"steps":3}' and store.available("k", "overview")
     assert store.result("k", "operators.operator") is None  # another query: not listed, not computed
     assert cache.facts("k") == {"kernels": 0}
+
+
+def test_every_result_of_a_view_is_checked_as_one_by_one(tmp_path: Path) -> None:
+    """``Store.all_available`` (the Runs page's view states: one manifest read per file) says what ``available``
+    says of each name, before the entry is complete and after."""
+    cache = TraceCache(tmp_path)
+    store = Store(cache, [OVERVIEW])
+    names = ["overview", "timeline"]
+
+    def one_by_one() -> bool:
+        return all(store.available("k", name) for name in names)
+
+    assert not store.all_available("k", names, ready=False) and not one_by_one()
+    for listed in ([], [OVERVIEW.stored_name], ["timeline"], [OVERVIEW.stored_name, "timeline"]):
+        cache.write_progress("k", {"facts": {}, "views": listed})
+        assert store.all_available("k", names, ready=False) == one_by_one() == (len(listed) == 2)
+    cache.write_summary("k", {"kind": "trace"})
+    assert store.all_available("k", names, ready=True) == one_by_one() is False  # no timeline file
+    cache.write_view("k", "timeline", {"version": 1})
+    assert store.all_available("k", names, ready=True) == one_by_one() is True

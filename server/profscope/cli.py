@@ -409,11 +409,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from profscope.app import create_app
-    from profscope.auth import access_settings_problems
-    from profscope.http_protocol import guarded_protocol
+    from profscope.ingest.jobs import prestart_workers
     from profscope.ingest.malloc_tuning import limit_heap_arenas
 
     try:
@@ -421,6 +417,11 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
+    limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
+    # the parse workers start first: they import what a parse needs while this process builds the app
+    prestart_workers(settings.workers, settings.worker_memory_bytes)
+    from profscope.auth import access_settings_problems
+
     errors, warnings = access_settings_problems(settings)
     if errors:
         print("profscope serve: " + "; ".join(errors), file=sys.stderr)
@@ -433,7 +434,11 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
-    limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
+    import uvicorn
+
+    from profscope.app import create_app
+    from profscope.http_protocol import guarded_protocol
+
     app = create_app(settings)
     access = []
     if settings.auth_token:

@@ -142,9 +142,9 @@ class Profscope:
         self._retry_storage_failures(runs, {root.source.uri for root in recovered})
         self._tidy_cache(runs)
         if self.settings.eager_ingest:
-            for run in runs.values():
-                for trace in run.traces() + run.snapshots() + run.memory_logs():
-                    self.ingest.request(trace)
+            self.ingest.request_all(
+                [file for run in runs.values() for file in run.traces() + run.snapshots() + run.memory_logs()]
+            )
 
     def _list_root(self, root: RootStatus) -> bool:
         """List one root; True when it is readable again after a failed listing."""
@@ -310,7 +310,7 @@ class Profscope:
             needed += list(view.stored) if file.kind in ("trace", "nsys") else []
             if not needed and ingest_state.state != "ready":
                 return "computing"
-            if not all(self.store.available(file.cache_key, result) for result in needed):
+            if not self.store.all_available(file.cache_key, needed, ingest_state.state == "ready"):
                 return "computing"
         return "ready"
 

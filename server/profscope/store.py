@@ -72,6 +72,15 @@ class Store:
             return self.cache.finished_early(cache_key, query.stored_name if query else name)
         return query is not None or self.cache.view_path(cache_key, name).exists()
 
+    def all_available(self, cache_key: str, names: list[str], ready: bool) -> bool:
+        """``available`` for every one of ``names``, reading at most the entry's manifest once: ``ready`` says the
+        entry is complete (its ingest state, known to the caller), so its summary is not read again."""
+        if ready:
+            return all(name in self.queries or self.cache.view_path(cache_key, name).exists() for name in names)
+        progress = self.cache.progress(cache_key)
+        listed = set(progress.get("views", ())) if progress else set()
+        return all((self.queries[n].stored_name if n in self.queries else n) in listed for n in names)
+
     def _finished_early(self, cache_key: str, stored_name: str) -> bytes | None:
         """A result of an entry still being written, once its manifest lists it: the result file was written
         whole before it was listed, after the tables were saved (a half-written entry is never served)."""

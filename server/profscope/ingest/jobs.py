@@ -20,6 +20,8 @@ With ``--shared-cache-write``, every parse result (or failure) is then published
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import logging
 import multiprocessing
 import os
@@ -44,7 +46,8 @@ from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_fr
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.parallel_decode import SpeculationFailed
-from profscope.ingest.request import IngestRequest, ingest_timings, write_query_results
+from profscope.ingest.parallel_queries import compute_views, job_names, stored_name
+from profscope.ingest.request import ALL, FIRST, REST, IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
 if TYPE_CHECKING:
@@ -131,7 +134,6 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 def run_ingest(request: IngestRequest) -> dict[str, Any]:
     """Parse one trace and cache its tables and query results. Runs in a worker process."""
-    from profscope.analysis.context import TraceContext
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
@@ -153,13 +155,17 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
         from profscope.ingest.memory_log_job import ingest_memory_log
 
         return ingest_memory_log(request, on_progress)
+    if request.stage == REST:
+        return _finish_views(cache, request)
     started = time.perf_counter()
     parse = TABLE_PARSERS[request.kind]
     cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
     try:
+        # other parses running or waiting have the other core: a second decoding process would only compete
+        options = {} if request.kind != TRACE or request.second_core else {"use_second_core": False}
         try:
             with request.source.open(request.key) as raw:
-                tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes)
+                tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes, **options)
         except SpeculationFailed:  # a piece the second process took was cut wrongly: read it again, on one core
             with request.source.open(request.key) as raw:
                 tables = parse(
@@ -179,16 +185,50 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     facts = _parse_facts(request, tables)
     progress: dict[str, Any] = {"facts": facts, "views": []}  # the manifest: results listed as they are written
     cache.write_progress(request.cache_key, progress)
-    context = TraceContext(tables)
-    view_errors = write_query_results(cache, request, context, phase_s, progress)
-    del context  # its call tree and caches: the timeline index needs the room
-    release_freed_memory()
-    mark = time.perf_counter()
-    _save_timeline_index(cache, request, tables, view_errors)
-    progress["views"].append("timeline")
-    cache.write_progress(request.cache_key, progress)
-    phase_s["timeline_index"] = time.perf_counter() - mark
-    summary = {**facts, **ingest_timings(started, parse_s, phase_s, view_errors)}
+
+    def written(stored_name: str) -> None:
+        progress["views"].append(stored_name)
+        cache.write_progress(request.cache_key, progress)
+
+    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written)
+    timings = {**ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
+    if request.stage == FIRST:  # the entry stays unfinished: its other views come with a REST request
+        progress["first_stage"] = timings
+        cache.write_progress(request.cache_key, progress)
+        return {"rest_later": True}
+    summary = {**facts, **timings}
+    cache.write_summary(request.cache_key, summary)
+    return summary
+
+
+def _finish_views(cache: TraceCache, request: IngestRequest) -> dict[str, Any]:
+    """The REST stage: the views a FIRST stage left, computed from the saved tables; then the entry is finished.
+    An entry that is not as the FIRST stage left it (removed meanwhile) is parsed again from the start."""
+    from profscope.tables import TraceTables
+
+    progress = cache.progress(request.cache_key)
+    if progress is None or "first_stage" not in progress:
+        return run_ingest(dataclasses.replace(request, stage=ALL))
+    started = time.perf_counter()
+    tables = TraceTables.load(cache.tables_dir(request.cache_key))
+    first = progress["first_stage"]  # kept until the summary is written: an interrupted REST stage can start over
+
+    def written(stored: str) -> None:
+        progress["views"].append(stored)
+        cache.write_progress(request.cache_key, progress)
+
+    listed = set(progress["views"])
+    names = [name for name in job_names(request) if stored_name(request, name) not in listed]
+    phase_s = dict(first["phase_s"])
+    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written, names)
+    summary = {
+        **progress["facts"],
+        **first,
+        "phase_s": phase_s,
+        "total_s": first["total_s"] + time.perf_counter() - started,
+        "view_errors": {**first["view_errors"], **view_errors},
+        "views_by_helper": first["views_by_helper"] + by_helper,
+    }
     cache.write_summary(request.cache_key, summary)
     return summary
 
@@ -209,20 +249,6 @@ def _parse_facts(request: IngestRequest, tables: Any) -> dict[str, Any]:
         "distributed": tables.meta.get("distributedInfo"),
         "process": tables.meta.get("process"),  # Paddle's: its process ids and wall-clock window (definitions §10)
     }
-
-
-def _save_timeline_index(cache: TraceCache, request: IngestRequest, tables: Any, view_errors: dict) -> None:
-    """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
-    from profscope.analysis.timeline_index import build_timeline_index
-
-    try:
-        index = build_timeline_index(tables)
-        index.save(cache.timeline_dir(request.cache_key))
-        cache.write_view(request.cache_key, "timeline", {"version": index.info["version"]})
-    except Exception as exc:  # the other views stay usable
-        log.exception("timeline index failed for %s", request.key)
-        view_errors["timeline"] = f"{type(exc).__name__}: {exc}"
-        cache.write_view(request.cache_key, "timeline", {"error": view_errors["timeline"]})
 
 
 def _run_guarded(request: IngestRequest) -> dict[str, Any]:
@@ -254,7 +280,47 @@ def run_job(request: IngestRequest) -> dict[str, Any]:
         return {"error": f"internal error while reading this trace: {detail}"}
 
 
+def _warm_up() -> None:
+    """A prestarted worker's first task: import every analysis module a parse's views need."""
+    import pkgutil
+
+    import profscope.analysis
+
+    for module in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis."):
+        importlib.import_module(module.name)
+
+
 # ---- in the server process -------------------------------------------------------------------
+_prestarted: tuple[ProcessPoolExecutor, Any, int, int] | None = None  # pool, its progress queue, workers, memory cap
+
+
+def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
+    """Spawn the parse workers now and have them import what a parse needs, before the server's own imports
+    (the web framework, the views): on two cores both happen at once, and the first parse starts in a warm
+    worker. The next ``IngestManager`` with the same worker settings takes this pool over."""
+    global _prestarted
+    context = multiprocessing.get_context("spawn")
+    queue = context.SimpleQueue()
+    with _sigint_blocked():  # as in IngestManager._pump: the workers start with Ctrl+C held off
+        pool = ProcessPoolExecutor(
+            max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(queue, memory_bytes)
+        )
+        pool.submit(_warm_up)  # one worker: the others start when a second parse is queued
+    _prestarted = (pool, queue, max(1, workers), memory_bytes)
+
+
+def _take_prestarted(workers: int, memory_bytes: int) -> tuple[ProcessPoolExecutor, Any] | None:
+    global _prestarted
+    taken, _prestarted = _prestarted, None
+    if taken is None:
+        return None
+    pool, queue, prestarted_workers, prestarted_memory = taken
+    if (prestarted_workers, prestarted_memory) != (workers, memory_bytes):
+        _stop_pool(pool)
+        return None
+    return pool, queue
+
+
 class IngestManager:
     def __init__(
         self,
@@ -283,6 +349,10 @@ class IngestManager:
         # SimpleQueue: a worker's put() writes to the pipe itself. A Queue hands it to a feeder thread,
         # which never runs while a hung parse holds the GIL: its pid would never reach the watchdog.
         self._progress = self._context.SimpleQueue()
+        self._pool: ProcessPoolExecutor | None = None
+        prestarted = _take_prestarted(self.workers, self.limits.memory_bytes)
+        if prestarted is not None:
+            self._pool, self._progress = prestarted
         self._lock = threading.RLock()
         self._states: dict[str, IngestState] = {}
         self._pending: OrderedDict[str, TraceFile] = OrderedDict()
@@ -293,11 +363,13 @@ class IngestManager:
         self._replace: set[str] = set()  # their shared entry was invalid: the parse result replaces it
         self._fetchers = ThreadPoolExecutor(SHARED_CACHE_FETCHERS, "shared-cache-fetch") if shared else None
         self._uploaders = ThreadPoolExecutor(SHARED_CACHE_UPLOADERS, "shared-cache-upload") if shared_write else None
-        self._pool: ProcessPoolExecutor | None = None
         self._closed = False
         self._worker_pids: dict[str, tuple[int, float]] = {}  # cache key -> (pid of its worker, monotonic start)
         self._exit_codes: dict[str, int | None] = {}  # cache key -> exit code of its worker, which died
         self._overtime: set[str] = set()  # parses whose worker the watchdog killed
+        # parsed with their first views only, while other files waited: their REST stage is queued behind them
+        self._rest_later: set[str] = set()
+        self._holding = False  # request_all is queueing: no parse starts yet
         self.counters = {"ingested": 0, "failed": 0, "retried": 0, "pool_restarts": 0, "killed_overtime": 0}
         self.durations: list[float] = []
         self._progress_thread = threading.Thread(target=self._drain_progress, name="ingest-progress", daemon=True)
@@ -348,6 +420,18 @@ class IngestManager:
             self._pump_fetches()
             self._pump()
             return self._states[key]
+
+    def request_all(self, traces: list[TraceFile]) -> None:
+        """``request`` for each file, parses started once every one is queued: the first parse then knows that
+        others wait (it computes its first views only: see IngestRequest.stage)."""
+        with self._lock:
+            self._holding = True
+            try:
+                for trace in traces:
+                    self.request(trace)
+            finally:
+                self._holding = False
+            self._pump()
 
     def retry(self, trace: TraceFile) -> None:
         """Parse again from scratch; a trace already queued or being read is left to that read."""
@@ -441,14 +525,20 @@ class IngestManager:
         self._uploaders.submit(upload)
 
     def _pump(self) -> None:
-        while not self._closed and self._pending and len(self._running) < self.workers:
+        while not self._holding and not self._closed and self._pending and len(self._running) < self.workers:
             key, trace = self._pending.popitem(last=False)
             self._urgent.discard(key)
             state = self._states[key]
             state.state, state.started = "parsing", time.time()
             state.attempts += 1
-            if state.attempts == 1 and self.metrics is not None:
-                self.metrics.on_start()
+            if key in self._rest_later:
+                stage = REST
+            else:
+                if state.attempts == 1 and self.metrics is not None:
+                    self.metrics.on_start()
+                # other files wait for their parse: this one's first views now, its others once theirs are done
+                waiting = any(other not in self._rest_later for other in self._pending)
+                stage = FIRST if waiting and trace.kind in TABLE_PARSERS else ALL
             request = IngestRequest.for_file(
                 trace,
                 self.source_for(trace.source),
@@ -457,6 +547,9 @@ class IngestManager:
                 self.max_trace_bytes,
                 self.max_snapshot_bytes,
                 cache_key=key,
+                # alone on the machine: its views may take a second core (several parses share the cores)
+                second_core=not self._running and not self._pending,
+                stage=stage,
             )
             with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
                 try:
@@ -506,6 +599,12 @@ class IngestManager:
             elif result is None or result.get("worker_fault"):
                 reason = self._death_reason(key, exit_code) if result is None else result["error"]
                 self._worker_fault(key, trace, state, reason)
+            elif result.get("rest_later"):
+                self._rest_later.add(key)
+                state.attempts = 0  # the REST stage has its own attempts (a worker that dies in it: once more)
+                state.state, state.bytes_done = "pending", trace.info.size
+                state.message = "first views ready; the others once every file's first views are"
+                self._pending[key] = trace  # behind every file queued before it
             elif "error" in result:
                 state.state, state.message = "error", result["error"]
                 _log_failure(trace, result["error"])
@@ -523,6 +622,8 @@ class IngestManager:
                 self.durations.append(float(result.get("total_s", 0.0)))
                 self._report_end(state, ok=True)
                 self._publish(key, trace)
+            if state.state in ("ready", "error"):
+                self._rest_later.discard(key)
             self._pump()
 
     def _requeue_bystander(self, key: str, trace: TraceFile, state: IngestState) -> None:

@@ -31,6 +31,11 @@ class IngestRequest:
     cache_root: str
     max_trace_bytes: int
     kind: str = "trace"  # or "nsys", "snapshot", "memory_log" (catalog.NSYS, catalog.SNAPSHOT, catalog.MEMORY_LOG)
+    # the machine is this parse's alone (no other parse running or waiting): it may use a second core for its views
+    second_core: bool = True
+    # ALL: parse and compute every view. FIRST: parse, compute the ``first`` queries only, leave the entry
+    # unfinished (its manifest lists them); REST: compute the others from the saved tables and finish it
+    stage: str = "all"
     max_snapshot_bytes: int = 8 << 30
     queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
 
@@ -44,6 +49,8 @@ class IngestRequest:
         max_trace_bytes: int,
         max_snapshot_bytes: int = 8 << 30,
         cache_key: str | None = None,
+        second_core: bool = True,
+        stage: str = "all",
     ) -> IngestRequest:
         """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
         ``serve``, ``index`` and ``ingest`` ask for a parse."""
@@ -57,9 +64,12 @@ class IngestRequest:
             kind=file.kind,
             max_snapshot_bytes=max_snapshot_bytes,
             queries=tuple(q for q in queries if q.at_ingest and q.kind == QUERY_KIND.get(file.kind)),
+            second_core=second_core,
+            stage=stage,
         )
 
 
+ALL, FIRST, REST = "all", "first", "rest"  # IngestRequest.stage
 # a memory.log has no queries: its router reads the log; an nsys export is parsed into the same tables as a trace
 QUERY_KIND = {"trace": "trace", "nsys": "trace", "snapshot": "snapshot"}
 
@@ -88,7 +98,7 @@ def write_query_results(
     errors = {}
     for query in sorted(request.queries, key=lambda q: not q.first):
         if not query.first:
-            _held_for_tests()
+            held_for_tests()
         mark = time.perf_counter()
         value, error = query.compute(source)
         cache.write_view(request.cache_key, query.stored_name, value)
@@ -102,7 +112,7 @@ def write_query_results(
     return errors
 
 
-def _held_for_tests() -> None:
+def held_for_tests() -> None:
     """``PROFSCOPE_TEST_HOLD_QUERIES``: a path; the queries that are not ``first`` wait until it exists. Tests use
     it to see the first views answer while the others are not computed yet (never set in use)."""
     gate = os.environ.get("PROFSCOPE_TEST_HOLD_QUERIES")

@@ -1,0 +1,257 @@
+"""Compute a parsed trace's views on two cores: a forked helper takes jobs from the same list as the worker.
+
+After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
+they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
+which needs no call tree, and builds the call tree and steps that nearly every query reads; then it forks
+again: that child shares the tables, the tree and every import (copy on write: nothing is loaded or computed
+twice), and both take the next job of one ordered list through a shared counter: the ``first`` queries, then
+the others as declared. The child writes each result into
+the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
+answers as soon as its own result is written.
+
+A helper that dies or cannot start costs nothing but time: the jobs it had taken and not reported are done
+by the worker. Small traces never pay for a process (``ONE_CORE_BELOW_BYTES``), nor does a parse that shares
+the machine with others (``IngestRequest.second_core``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from profscope.cache import TraceCache
+from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
+
+if TYPE_CHECKING:
+    from profscope.analysis.context import TraceContext
+    from profscope.tables import TraceTables
+
+log = logging.getLogger("profscope.ingest")
+
+ONE_CORE_BELOW_BYTES = 4 << 20  # stored bytes (gzip: ~60-90 MB of JSON): the views take well under a second
+TIMELINE = "timeline"  # the job that builds the Trace view's index (not a query: arrays, not JSON)
+Report = tuple[str, str, float, "str | None"]  # (job, stored name, seconds, error)
+
+
+def job_names(request: IngestRequest) -> list[str]:
+    """The jobs of the request's stage in the order they are taken: the first views, then the longest job (the
+    timeline index), then the rest as declared."""
+    first = [q.name for q in request.queries if q.first]
+    rest = [q.name for q in request.queries if not q.first]
+    return {FIRST: first, REST: [TIMELINE, *rest]}.get(request.stage, [*first, TIMELINE, *rest])
+
+
+def stored_name(request: IngestRequest, job: str) -> str:
+    """The name job ``job``'s result is stored and listed under."""
+    return next((q.stored_name for q in request.queries if q.name == job), job)
+
+
+class ViewJobs:
+    """The jobs of one trace: ``run(name)`` computes one job and writes its result."""
+
+    def __init__(self, cache: TraceCache, request: IngestRequest, tables: TraceTables) -> None:
+        from profscope.analysis.context import TraceContext
+
+        self.cache = cache
+        self.request = request
+        self.tables = tables
+        self.context: TraceContext = TraceContext(tables)
+        self.queries = {q.name: q for q in request.queries}
+
+    def shared_structures(self) -> None:
+        """Build what nearly every query reads (the call tree, the steps) before the fork, so it is built once.
+        A failure here is left to the queries, which report it."""
+        with contextlib.suppress(Exception):
+            self.context.steps  # noqa: B018 - builds the tree too
+
+    def run(self, name: str) -> Report:
+        """Job ``name``, whose result is written once this returns."""
+        if name == TIMELINE or not self.queries[name].first:
+            held_for_tests()
+        mark = time.perf_counter()
+        if name == TIMELINE:
+            stored, error = TIMELINE, self._timeline()
+        else:
+            query = self.queries[name]
+            value, error = query.compute(self.context)
+            self.cache.write_view(self.request.cache_key, query.stored_name, value)
+            stored = query.stored_name
+            if error is not None:
+                log.error("query %s failed for %s", name, self.request.key)
+        return name, stored, time.perf_counter() - mark, error
+
+    def _timeline(self) -> str | None:
+        """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
+        from profscope.analysis.timeline_index import build_timeline_index
+
+        try:
+            index = build_timeline_index(self.tables)
+            index.save(self.cache.timeline_dir(self.request.cache_key))
+            self.cache.write_view(self.request.cache_key, TIMELINE, {"version": index.info["version"]})
+            return None
+        except Exception as exc:  # the other views stay usable
+            log.exception("timeline index failed for %s", self.request.key)
+            error = f"{type(exc).__name__}: {exc}"
+            self.cache.write_view(self.request.cache_key, TIMELINE, {"error": error})
+            return error
+
+
+class Counter:
+    """The index of the next job, shared by the worker and its helper (one process only: a plain int)."""
+
+    def __init__(self, shared: Any = None) -> None:
+        self._shared = shared
+        self._local = 0
+
+    def take(self) -> int:
+        if self._shared is None:
+            self._local += 1
+            return self._local - 1
+        with self._shared.get_lock():
+            taken = self._shared.value
+            self._shared.value = taken + 1
+            return taken
+
+    def reset(self) -> None:
+        if self._shared is None:
+            self._local = 0
+        else:
+            with self._shared.get_lock():
+                self._shared.value = 0
+
+
+class ForkedHelper:
+    """The worker's child for one trace's jobs: forked with the trace's tables and context in memory."""
+
+    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
+        context = multiprocessing.get_context("fork")
+        ours, theirs = context.Pipe(duplex=False)
+        self._connection: Connection | None = ours
+        self._process = context.Process(
+            target=_helper_main, args=(theirs, jobs, names, counter), name="profscope-views-helper", daemon=True
+        )
+        self._process.start()
+        theirs.close()
+
+    def alive(self) -> bool:
+        return self._connection is not None
+
+    def reports(self, wait: bool) -> Iterator[Report | None]:
+        """What the helper finished since the last call; None once it takes no further job (it is done).
+        ``wait``: block until it is done (or gone)."""
+        while self._connection is not None:
+            try:
+                if not wait and not self._connection.poll():
+                    return
+                message = self._connection.recv()
+            except (EOFError, OSError):
+                self.close()
+                return
+            yield message
+            if message is None:
+                self.close()
+                return
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        with contextlib.suppress(Exception):
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+
+
+def two_cores(request: IngestRequest) -> bool:
+    """Whether ``request``'s views are computed by a forked helper too."""
+    return (
+        request.second_core
+        and request.size > ONE_CORE_BELOW_BYTES
+        and (os.cpu_count() or 1) >= 2
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
+
+
+def compute_views(
+    cache: TraceCache,
+    request: IngestRequest,
+    tables: TraceTables,
+    phase_s: dict[str, float],
+    on_written: Callable[[str], None],
+    names: list[str] | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """Compute and write the jobs ``names`` (default: those of the request's stage); ``on_written(stored name)``
+    is called for each result once it is written (in either process). Returns the errors by job name and the
+    jobs the helper did."""
+    names = job_names(request) if names is None else names
+    every_job = list(names)
+    errors: dict[str, str] = {}
+    done: set[str] = set()
+    by_helper: list[str] = []
+
+    def record(report: Report, helper_did: bool = False) -> None:
+        name, stored, seconds, error = report
+        if helper_did:
+            by_helper.append(name)
+        done.add(name)
+        phase_s[name] = seconds
+        if error is not None:
+            errors[name] = error
+        on_written(stored)
+
+    local = ViewJobs(cache, request, tables)
+    helpers: list[ForkedHelper] = []
+    counter = Counter()
+    if two_cores(request):
+        if TIMELINE in names:  # needs no call tree: a first child builds it while this process builds the tree
+            helpers += _fork(local, [TIMELINE], Counter())
+            names = [name for name in names if name != TIMELINE]
+        mark = time.perf_counter()
+        local.shared_structures()
+        phase_s["call_tree"] = time.perf_counter() - mark
+        shared = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        forked = _fork(local, names, shared)
+        helpers += forked
+        counter = shared if forked else counter
+
+    def reports(wait: bool) -> None:
+        for helper in helpers:
+            for report in helper.reports(wait):
+                if report is not None:
+                    record(report, helper_did=True)
+
+    while (taken := counter.take()) < len(names):
+        record(local.run(names[taken]))
+        reports(wait=False)
+    reports(wait=True)
+    for name in every_job:
+        if name not in done:  # taken by a helper that died before reporting it
+            record(local.run(name))
+    return errors, by_helper
+
+
+def _fork(jobs: ViewJobs, names: list[str], counter: Counter) -> list[ForkedHelper]:
+    """A forked helper taking ``names`` through ``counter`` (none when no process can be started now)."""
+    try:
+        return [ForkedHelper(jobs, names, counter)]
+    except OSError:
+        return []
+
+
+def _helper_main(connection: Connection, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
+    """The forked helper: take jobs until none is left, report each, then say it is done."""
+    try:
+        while (taken := counter.take()) < len(names):
+            connection.send(jobs.run(names[taken]))
+        connection.send(None)
+    except Exception:  # the worker does the jobs this process took and did not report
+        log.exception("the views helper failed on %s", jobs.request.key)
+    finally:
+        connection.close()

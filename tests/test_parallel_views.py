@@ -1,0 +1,121 @@
+"""A big trace's views are computed on two cores (ingest/parallel_queries.py): a forked helper takes jobs from
+the same list as the worker. Whoever computes a job, every stored result must be byte for byte what one
+process computes; a helper that dies loses nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import corpus_file
+from profscope.cache import TraceCache
+from profscope.catalog import build_runs
+from profscope.ingest import parallel_queries
+from profscope.ingest.jobs import IngestRequest, run_ingest
+from profscope.ingest.parallel_queries import TIMELINE, ViewJobs, job_names
+from profscope.sources import LocalSource
+from profscope.views.registry import queries
+
+# a GPU training trace (kernels, memory events, steps), a CPU one with modules, a distributed rank
+TRACES = (
+    "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+)
+
+
+def _request(tmp_path: Path, relative: str, name: str, second_core: bool) -> IngestRequest:
+    root = tmp_path / name / "root"
+    root.mkdir(parents=True)
+    shutil.copy(corpus_file(relative), root / Path(relative).name)
+    source = LocalSource(root)
+    runs = build_runs([("root", source.uri, source.list())])
+    (trace,) = [trace for run in runs.values() for trace in run.traces()]
+    request = IngestRequest.for_file(trace, source, tmp_path / name / "cache", queries(), 1 << 30)
+    return dataclasses.replace(request, second_core=second_core)
+
+
+def _results(request: IngestRequest) -> dict[str, bytes]:
+    """Every file the views wrote into the entry: query results, the timeline listing and its arrays."""
+    cache = TraceCache(Path(request.cache_root))
+    entry = cache.timeline_dir(request.cache_key).parent
+    return {
+        str(path.relative_to(entry)): path.read_bytes()
+        for path in sorted(entry.rglob("*"))
+        if path.is_file() and not path.name.startswith(("summary", "progress")) and "tables" not in path.parts
+    }
+
+
+@pytest.fixture
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small corpus traces take the two-core path, and the worker's own jobs take a little longer, so that the
+    helper, forked when the worker starts its first job, takes some of them whatever the machine's load."""
+    monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
+    worker = os.getpid()
+    run = ViewJobs.run
+
+    def slower_in_the_worker(self: ViewJobs, name: str) -> parallel_queries.Report:
+        if os.getpid() == worker:
+            time.sleep(0.1)
+        return run(self, name)
+
+    monkeypatch.setattr(ViewJobs, "run", slower_in_the_worker)
+
+
+@pytest.mark.parametrize("relative", TRACES)
+def test_views_computed_on_two_cores_are_those_of_one(tmp_path: Path, relative: str, two_cores: None) -> None:
+    one = _request(tmp_path, relative, "one", second_core=False)
+    summary = run_ingest(one)
+    assert "error" not in summary and summary["views_by_helper"] == []
+    expected = _results(one)
+    assert len(expected) > len(job_names(one)), "not every view was written"
+    two = _request(tmp_path, relative, "two", second_core=True)
+    manifests: list[list[str]] = []  # what the entry's manifest listed, each time it was written
+    write_progress = TraceCache.write_progress
+
+    def listed(cache: TraceCache, key: str, progress: dict) -> None:
+        manifests.append(list(progress["views"]))
+        write_progress(cache, key, progress)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TraceCache, "write_progress", listed)
+        summary = run_ingest(two)
+    assert "error" not in summary and summary["view_errors"] == {}
+    assert summary["views_by_helper"], "the helper took no job"
+    assert set(summary["phase_s"]) >= set(job_names(two))
+    assert _results(two) == expected
+    # every result listed once, as it came, whichever process wrote it
+    assert sorted(manifests[-1]) == sorted([q.stored_name for q in two.queries] + [TIMELINE])
+    assert [len(views) for views in manifests] == list(range(len(manifests)))
+
+
+def test_a_helper_that_died_costs_nothing_but_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, two_cores: None
+) -> None:
+    relative = TRACES[1]
+    one = _request(tmp_path, relative, "one", second_core=False)
+    run_ingest(one)
+
+    # the helper takes a job and dies before reporting it (as if killed): the worker does that job too
+    def dies(connection: object, jobs: ViewJobs, names: list[str], counter: parallel_queries.Counter) -> None:
+        counter.take()
+        os._exit(3)
+
+    monkeypatch.setattr(parallel_queries, "_helper_main", dies)
+    two = _request(tmp_path, relative, "two", second_core=True)
+    summary = run_ingest(two)
+    assert "error" not in summary and summary["view_errors"] == {} and summary["views_by_helper"] == []
+    assert _results(two) == _results(one)
+
+
+def test_small_or_crowded_parses_stay_on_one_core(tmp_path: Path) -> None:
+    request = _request(tmp_path, TRACES[1], "one", second_core=True)
+    assert request.size <= parallel_queries.ONE_CORE_BELOW_BYTES and not parallel_queries.two_cores(request)
+    big = dataclasses.replace(request, size=parallel_queries.ONE_CORE_BELOW_BYTES + 1)
+    assert parallel_queries.two_cores(big)
+    assert not parallel_queries.two_cores(dataclasses.replace(big, second_core=False))
