@@ -51,23 +51,110 @@ def _tables_equal(a, b) -> None:
     assert {k: v for k, v in a.meta.items() if k != "pieces"} == {k: v for k, v in b.meta.items() if k != "pieces"}
 
 
-def test_a_second_process_decoding_pieces_gives_identical_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = corpus_file(RESNET).read_bytes()
-    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+@pytest.fixture
+def helper_started_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C decoder may finish a small trace before a spawned helper has even started: wait for it."""
     ready = parallel_decode.PieceRouter._helper_ready
 
     def wait_for_the_helper(router: parallel_decode.PieceRouter) -> bool:
-        # the C decoder may finish this trace before a spawned helper has even started: wait for it
         if router._connection is not None and not router._ready:
             router._connection.poll(60)
         return ready(router)
 
     monkeypatch.setattr(parallel_decode.PieceRouter, "_helper_ready", wait_for_the_helper)
+
+
+def test_a_second_process_decoding_pieces_gives_identical_tables(
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None
+) -> None:
+    data = corpus_file(RESNET).read_bytes()
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
     alone = parse_trace(io.BytesIO(data), use_second_core=False)
     shared = parse_trace(io.BytesIO(data), use_second_core=True)
     assert alone.meta["pieces"]["decoded_by_second_process"] == 0
     assert shared.meta["pieces"]["decoded_by_second_process"] > 0  # the merge path really ran
     _tables_equal(alone, shared)
+
+
+def test_the_second_process_dying_gives_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None
+) -> None:
+    data = corpus_file(RESNET).read_bytes()
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+    route = parallel_decode.PieceRouter.route
+
+    def route_and_kill(router: parallel_decode.PieceRouter, piece: bytes, here: bool = False) -> object:
+        if router.sent == 3:  # killed with pieces in flight, as the kernel's OOM killer would
+            router._process.kill()
+            router._process.join()
+        return route(router, piece, here)
+
+    monkeypatch.setattr(parallel_decode.PieceRouter, "route", route_and_kill)
+    with pytest.raises(TraceFormatError, match="the process decoding part of this trace died"):
+        parse_trace(io.BytesIO(data), use_second_core=True)
+
+
+class _Unseekable(io.BytesIO):
+    def seekable(self) -> bool:
+        return False
+
+
+def _separators_in_strings_and_arrays(count: int) -> bytes:
+    """Events whose strings and args arrays of objects hold the event separator ``}, {``."""
+    tricky = '"}, {"ph": "X"}, {'
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": f"op{i} {tricky}" if i % 2 else f"op{i}",
+            "pid": 1,
+            "tid": 1,
+            "ts": i,
+            "dur": 1,
+            "args": {"External id": i, "parts": [{"a": i}, {"b": [{"c": tricky}, {"d": 2}]}, {"e": 3}]},
+        }
+        for i in range(400)
+    ]
+    return orjson.dumps({"traceEvents": events, "traceName": "x"}).replace(b"},{", b"}, {")
+
+
+def test_a_wrong_cut_sent_to_the_second_process_gives_identical_tables(
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None
+) -> None:
+    data = _separators_in_strings_and_arrays(400)
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (2048,))
+    alone = parse_trace(io.BytesIO(data), use_second_core=False)
+    shared = parse_trace(io.BytesIO(data), use_second_core=True)
+    # the helper failed on a wrong cut and the trace was read again on one core
+    assert shared.meta["pieces"]["decoded_by_second_process"] == 0
+    assert alone.row_count("events") == 400
+    _tables_equal(alone, shared)
+    with pytest.raises(parallel_decode.SpeculationFailed):  # a stream that cannot be read again: the caller's turn
+        parse_trace(_Unseekable(data), use_second_core=True)
+    _tables_equal(alone, parse_trace(_Unseekable(data), use_second_core=False))
+
+
+@pytest.mark.parametrize("damage", [b"} {", b"}, {]", b'}, {"cat": "\xff", ', b'}, {"name": "\\u12", '])
+def test_a_malformed_piece_sent_to_the_second_process_fails_as_on_one_core(
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None, damage: bytes
+) -> None:
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)
+    ]
+    data = orjson.dumps({"traceEvents": events}).replace(b"},{", b"}, {")
+    middle = data.index(b"}, {", len(data) * 2 // 3)
+    data = data[:middle] + damage + data[middle + 4 :]
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (4096,))
+    outcomes = []
+    for use_second_core in (False, True):
+        try:
+            outcomes.append(parse_trace(io.BytesIO(data), use_second_core=use_second_core))
+        except TraceFormatError as exc:
+            outcomes.append(str(exc))
+    if isinstance(outcomes[0], str):
+        assert outcomes[0] == outcomes[1]
+    else:  # bytes that are not UTF-8 are replaced, and counted alike
+        _tables_equal(*outcomes)
 
 
 @pytest.mark.parametrize("chunk_bytes", [1 << 10, 7919, 1 << 16])

@@ -421,3 +421,26 @@ def test_header_values_of_the_wrong_type_are_dropped_before_any_view_reads_them(
     assert meta["distributedInfo"]["pg_config"] == [{"pg_name": "0", "ranks": None}, {"pg_name": "1", "ranks": [0, 1]}]
     summary = ingest_in_process(tmp_path, "header.pt.trace.json", data)
     assert summary["view_errors"] == {}
+
+
+def test_a_wrong_cut_found_by_the_second_process_makes_the_job_read_the_file_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from profscope.ingest import jobs
+    from profscope.ingest.parallel_decode import SpeculationFailed
+
+    calls = []
+    parse_any_trace = jobs.TABLE_PARSERS[jobs.TRACE]
+
+    def speculation_fails_once(raw: Any, **options: Any) -> Any:
+        calls.append(options.get("use_second_core", True))
+        if len(calls) == 1:
+            raw.read(100)  # half-read, as a parse given up part-way leaves it
+            raise SpeculationFailed("piece 5 did not decode in the second process")
+        return parse_any_trace(raw, **options)
+
+    monkeypatch.setitem(jobs.TABLE_PARSERS, jobs.TRACE, speculation_fails_once)
+    data = trace_bytes(GOOD_EVENTS)
+    summary = ingest_in_process(tmp_path, "cut.pt.trace.json", data)
+    assert calls == [True, False]  # opened again, and read on one core
+    assert "error" not in summary and summary["events"] == parse(data).row_count("events") > 0

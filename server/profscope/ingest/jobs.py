@@ -45,6 +45,7 @@ from profscope.ingest.json_stream import TraceFormatError
 from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
+from profscope.ingest.parallel_decode import SpeculationFailed
 from profscope.ingest.parallel_queries import compute_views, job_names, stored_name
 from profscope.ingest.request import ALL, FIRST, REST, IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
@@ -161,10 +162,16 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     parse = TABLE_PARSERS[request.kind]
     cache.forget(request.cache_key)  # what an earlier, interrupted parse left: its manifest must not list it
     try:
-        with request.source.open(request.key) as raw:
-            # other parses running or waiting have the other core: a second decoding process would only compete
-            options = {} if request.kind != TRACE or request.second_core else {"use_second_core": False}
-            tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes, **options)
+        # other parses running or waiting have the other core: a second decoding process would only compete
+        options = {} if request.kind != TRACE or request.second_core else {"use_second_core": False}
+        try:
+            with request.source.open(request.key) as raw:
+                tables = parse(raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes, **options)
+        except SpeculationFailed:  # a piece the second process took was cut wrongly: read it again, on one core
+            with request.source.open(request.key) as raw:
+                tables = parse(
+                    raw, on_progress=on_progress, max_trace_bytes=request.max_trace_bytes, use_second_core=False
+                )
     except (TraceFormatError, SourceError) as exc:
         # a SourceError (storage down, object gone) is retried by later listings: see Profscope.rescan
         error = {"message": str(exc), "kind": type(exc).__name__, "at": time.time()}

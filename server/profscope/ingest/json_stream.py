@@ -47,9 +47,9 @@ class SizeLimitExceeded(TraceFormatError):
     pass
 
 
-def valid_utf8(data: bytes) -> bytes:
+def valid_utf8(data: bytes | memoryview) -> bytes:
     """``data`` with every byte sequence that is not UTF-8 replaced by U+FFFD."""
-    return data.decode("utf-8", "replace").encode()
+    return str(data, "utf-8", "replace").encode()
 
 
 class CountingReader(io.RawIOBase):
@@ -97,20 +97,32 @@ class LimitedReader:
         self.total = 0
 
     def read(self, n: int) -> bytes:
+        data = self._call(self._stream.read, n)
+        self._count(len(data))
+        return data
+
+    def readinto(self, view: memoryview) -> int:
+        """Like ``read``, into ``view``: the reader's buffer, reused for every piece."""
+        n = self._call(self._stream.readinto, view) or 0
+        self._count(n)
+        return n
+
+    def _call(self, read: Callable[[Any], Any], argument: Any) -> Any:
         try:
-            data = self._stream.read(n)
+            return read(argument)
         except SourceError:  # the storage failed, not the file: say so, and let it be retried
             raise
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(
                 f"cannot decompress the file after {self.total:,} bytes: {exc} (truncated or corrupt gzip?)"
             ) from exc
-        self.total += len(data)
+
+    def _count(self, n: int) -> None:
+        self.total += n
         if self.total > self._limit:
             raise SizeLimitExceeded(
                 f"decompressed size exceeds the limit of {self._limit:,} bytes (raise --max-trace-bytes to read it)"
             )
-        return data
 
 
 def _error_offset(exc: Exception, default: int) -> int:
@@ -138,7 +150,7 @@ class ChromeTraceReader:
         self._consumed = 0  # decompressed offset of the current buffer's first byte
         self.non_utf8_pieces = 0  # pieces in which bytes that are not UTF-8 were replaced
 
-    def _decode(self, decode: Callable[[bytes], T], data: bytes) -> T:
+    def _decode(self, decode: Callable[[Any], T], data: bytes | memoryview) -> T:
         """``decode(data)``, tolerating bytes that are not UTF-8 and refusing absurd nesting clearly."""
         try:
             try:
@@ -153,34 +165,52 @@ class ChromeTraceReader:
                 f"{len(data):,} bytes after byte {self._consumed:,} of the decompressed trace: not a profiler trace"
             ) from None
 
-    def pieces(self, decode: Callable[[bytes], T]) -> Iterator[T]:
-        """Decode ``[piece]`` for successive pieces of the event array with ``decode``."""
-        buffer = self._read_until(HEADER_SEARCH_BYTES, need_structure=True)
-        start = self._events_start(buffer)
+    def pieces(self, decode: Callable[[Any], T], decode_last: Callable[[Any], T] | None = None) -> Iterator[T]:
+        """Decode ``[piece]`` for successive pieces of the event array with ``decode``.
+
+        ``decode`` receives a view of the reader's buffer, valid during the call only (it copies what it
+        keeps). ``decode_last`` (default ``decode``) decodes the last piece: it must fail on a wrong cut,
+        since that failure is how the end of the event array is found."""
+        head = self._read_until(HEADER_SEARCH_BYTES, need_structure=True)
+        start = self._events_start(head)
         if start is None:
-            yield from self._whole_document(buffer, decode)
+            yield from self._whole_document(head, decode)
             return
-        buffer = buffer[start:]
-        self._consumed += start
+        # One buffer for the whole read: "[" then the events not decoded yet. A piece is decoded in
+        # place (a "]" written after it for the call), so no 8 MB piece is copied or freshly allocated.
+        buffer = bytearray(b"[")
+        buffer += memoryview(head)[start:]
+        del head
+        self._consumed += start  # decompressed offset of buffer[1]
+        length = len(buffer)
         eof = False
-        need_more = len(buffer) < self._chunk_bytes
+        need_more = length - 1 < self._chunk_bytes
         while True:
             if need_more and not eof:
-                more = self._reader.read(self._chunk_bytes)
-                eof = not more
-                buffer += more
+                read = self._read_into(buffer, length)
+                eof = not read
+                length += read
             if eof:
-                yield from self._finish(buffer, decode)
+                yield from self._finish(bytes(memoryview(buffer)[1:length]), decode_last or decode)
                 return
-            cut = self._cut_and_decode(buffer, decode)
+            cut = self._cut_and_decode(buffer, length, decode)
             if cut is None:
                 need_more = True  # no complete event in the buffer yet
                 continue
-            decoded, consumed = cut
-            buffer = buffer[consumed:]
-            self._consumed += consumed
-            need_more = len(buffer) < self._chunk_bytes
+            decoded, comma = cut
+            rest = length - comma - 1
+            buffer[1 : 1 + rest] = buffer[comma + 1 : length]  # the start of the next event: small
+            length = 1 + rest
+            self._consumed += comma
+            need_more = length - 1 < self._chunk_bytes
             yield decoded
+
+    def _read_into(self, buffer: bytearray, length: int) -> int:
+        """Read up to a chunk after ``buffer[:length]``, growing the buffer only if it has no room."""
+        if len(buffer) < length + self._chunk_bytes:
+            buffer.extend(bytes(length + self._chunk_bytes - len(buffer)))
+        with memoryview(buffer) as view, view[length : length + self._chunk_bytes] as free:
+            return self._reader.readinto(free)
 
     # ---- reading --------------------------------------------------------------------------
     def _read_until(self, limit: int, need_structure: bool) -> bytes:
@@ -215,27 +245,35 @@ class ChromeTraceReader:
         return match.end()
 
     # ---- cutting --------------------------------------------------------------------------
-    def _cut_and_decode(self, buffer: bytes, decode: Callable[[bytes], T]) -> tuple[T, int] | None:
-        end = len(buffer)
+    def _cut_and_decode(
+        self, buffer: bytearray, length: int, decode: Callable[[memoryview], T]
+    ) -> tuple[T, int] | None:
+        """Decode ``buffer[:length]`` up to its last complete event (``buffer[0]`` is "["); return what
+        ``decode`` gave and where the comma after that event is."""
+        end = length
         last_error: Exception | None = None
         for _ in range(MAX_CUT_ATTEMPTS):
-            brace = buffer.rfind(b"}", 0, end)
+            brace = buffer.rfind(b"}", 1, end)
             if brace < 0:
                 break
-            rest = buffer[brace + 1 : brace + 256].lstrip(_WHITESPACE)
+            rest = buffer[brace + 1 : min(brace + 256, length)].lstrip(_WHITESPACE)  # past length: stale bytes
             if rest[:1] == b"," and rest[1:].lstrip(_WHITESPACE)[:1] == b"{":
-                try:  # one copy of the piece, bracketed (8 MB; slicing and adding would copy it thrice)
-                    decoded = self._decode(decode, b"".join((b"[", memoryview(buffer)[: brace + 1], b"]")))
+                after = buffer[brace + 1]
+                buffer[brace + 1] = 0x5D  # "]" closes the piece in place, for the call
+                try:
+                    with memoryview(buffer) as view, view[: brace + 2] as piece:
+                        decoded = self._decode(decode, piece)
                 except msgspec.DecodeError as exc:
                     # A cut inside a string fails at or after the string's start, so the true
                     # boundary (or a real syntax error) lies before the reported position.
-                    last_error = exc
+                    last_error = exc.with_traceback(None)  # its frames would hold the buffer's views
                     end = min(brace, _error_offset(exc, brace + 2) - 1)
                     continue
-                comma = buffer.index(b",", brace + 1)
-                return decoded, comma + 1
+                finally:
+                    buffer[brace + 1] = after
+                return decoded, buffer.index(b",", brace + 1)
             end = brace
-        if len(buffer) > MAX_EVENT_BYTES:
+        if length - 1 > MAX_EVENT_BYTES:
             if last_error is not None:
                 raise TraceFormatError(_describe_decode_error(last_error, self._consumed - 1))
             raise TraceFormatError(f"an event is larger than {MAX_EVENT_BYTES:,} bytes or the JSON is malformed")

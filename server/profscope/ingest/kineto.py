@@ -27,7 +27,7 @@ from profscope.ingest import native_events
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
 from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
-from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter
+from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter, SpeculationFailed
 from profscope.tables import (
     EVENT_ROW_TABLES,
     FLOW_PHASES,
@@ -864,7 +864,7 @@ class TableBuilder:
         _sort_events(columns, _concatenate(self._x_order, "i8"))
         for table_name in _TIMED_SIDE_TABLES:
             table = columns[table_name]
-            order = np.lexsort((_concatenate(self._side_order[table_name], "i8"), table["ts_ns"]))
+            order = time_order(table["ts_ns"], _concatenate(self._side_order[table_name], "i8"))
             for column, values in table.items():
                 table[column] = values[order]
         for pid, values in getattr(self, "_process_meta", {}).items():
@@ -948,10 +948,28 @@ def _string_flow_id(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(errors="replace"), digest_size=8).digest(), "little") >> 1
 
 
+def time_order(ts: np.ndarray, *tie_keys: np.ndarray) -> np.ndarray:
+    """``np.lexsort((*tie_keys, ts))``, 4-5x faster on traces: a stable sort by time alone (traces are
+    nearly in time order already), then ``lexsort`` of only the rows whose time is not unique."""
+    order = np.argsort(ts, kind="stable")
+    sorted_ts = ts[order]
+    tie = sorted_ts[1:] == sorted_ts[:-1]
+    if not tie.any():
+        return order
+    tied = np.zeros(len(ts), dtype=bool)
+    tied[1:] = tie
+    tied[:-1] |= tie
+    positions = np.flatnonzero(tied)  # runs of rows sharing a time, one after the other
+    group = np.cumsum(tied & ~np.concatenate(([False], tie)))[positions]
+    rows = order[positions]  # in row order within each run (the sort was stable), as lexsort leaves ties
+    order[positions] = rows[np.lexsort((*(key[rows] for key in tie_keys), group))]
+    return order
+
+
 def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
     """Sort events by (start, longest first, file order) and re-point the side tables at the new rows."""
     events = columns["events"]
-    order = np.lexsort((file_order, -events["dur_ns"], events["ts_ns"]))
+    order = time_order(events["ts_ns"], file_order, -events["dur_ns"])
     for column, values in events.items():
         events[column] = values[order]
     new_row = np.empty_like(order, dtype=np.int32)
@@ -1059,20 +1077,45 @@ def parse_trace(
 
     ``on_progress`` receives the number of bytes read from ``raw`` so far (compressed bytes for a
     gzip file), which is what a progress bar over the file size needs. A big trace is decoded on two
-    cores: a second process builds the tables of every other piece, merged at the end. With ``native``
+    cores: a second process builds the tables of most pieces, merged at the end. With ``native``
     (and the extension built) complete events are decoded by the C decoder; without, all in Python.
+
+    If a piece the second process took turns out cut wrongly, a seekable ``raw`` is read again on one
+    core; any other stream raises ``SpeculationFailed`` and the caller opens it again (``use_second_core=False``).
     """
+    start = raw.tell() if use_second_core and raw.seekable() else None
+    try:
+        return _parse_trace(raw, on_progress, max_trace_bytes, use_second_core, native)
+    except SpeculationFailed:
+        if start is None:
+            raise
+        raw.seek(start)
+        return _parse_trace(raw, on_progress, max_trace_bytes, False, native)
+
+
+def _parse_trace(
+    raw: IO[bytes],
+    on_progress: Callable[[int], None] | None,
+    max_trace_bytes: int,
+    use_second_core: bool,
+    native: bool,
+) -> TraceTables:
     counting = CountingReader(raw, on_progress)
-    reader = ChromeTraceReader(open_decompressed(counting), limit_bytes=max_trace_bytes)
+    stream = open_decompressed(counting)
+    reader = ChromeTraceReader(stream, limit_bytes=max_trace_bytes)
     builder = TableBuilder()
     router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        with read_buffers_from_heap():
-            for piece, decoded in reader.pieces(router.route):
-                if decoded is not None:
-                    add_decoded(builder, decoded, piece)
+        try:
+            with read_buffers_from_heap():
+                for piece, decoded in reader.pieces(router.route, router.route_here):
+                    if decoded is not None:
+                        add_decoded(builder, decoded, piece)
+        except (TraceFormatError, msgspec.DecodeError, UnicodeDecodeError):
+            router.check_speculation()  # a wrong cut sent to the helper may be the real cause: then read again
+            raise
         for part in router.finish():
             builder.merge(part)
     except TraceFormatError:
@@ -1083,6 +1126,7 @@ def parse_trace(
         raise TraceFormatError(f"a string of the trace is not valid UTF-8: {exc}") from exc
     finally:
         router.close()
+        stream.close()  # stops the inflating thread of a parse given up half-way
         if gc_was_enabled:
             gc.enable()
     if builder.event_count == 0 and builder.non_event_items:
@@ -1094,8 +1138,8 @@ def parse_trace(
         raise TraceFormatError("the trace has no events")
     if builder.non_event_items:
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
-    if reader.non_utf8_pieces:
-        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces
+    if reader.non_utf8_pieces + router.non_utf8_pieces:
+        builder.warnings[_NON_UTF8] = reader.non_utf8_pieces + router.non_utf8_pieces
     tables = builder.finish(reader.top_level)
     if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
         raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))
@@ -1131,7 +1175,7 @@ def add_decoded(builder: TableBuilder, decoded: DecodedPiece, piece: int) -> Non
         builder.add_counters(counters)
 
 
-def decode_piece(piece: bytes, native: bool = True) -> DecodedPiece:
+def decode_piece(piece: bytes | memoryview, native: bool = True) -> DecodedPiece:
     """A piece's events: complete events as columns by the C decoder when it can, the rest as ``Event``s."""
     columns = native_events.decode(piece) if native else None
     if columns is not None:
@@ -1141,6 +1185,7 @@ def decode_piece(piece: bytes, native: bool = True) -> DecodedPiece:
             columns = None  # an odd type among the other events: the Python parser takes the whole piece
         else:
             return others, _counters(columns.others), 0, columns
+    piece = bytes(piece)  # the Python parser's Raw fields point into what it decodes: not a reused buffer
     events, not_events = decode_events(piece)
     return events, _counters(piece), not_events, None
 

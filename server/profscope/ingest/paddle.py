@@ -268,7 +268,8 @@ class _PaddleConverter:
         self._hosts: dict[tuple[Number, str], list[tuple[float, float]]] = defaultdict(list)
         self._memory: list[tuple[Event, tuple[float, float] | None]] = []  # (event, the host event it belongs to)
 
-    def decode(self, piece: bytes) -> list[Event]:
+    def decode(self, piece: bytes | memoryview) -> list[Event]:
+        piece = bytes(piece)  # Raw fields point into what msgspec decodes: not the reader's reused buffer
         try:
             decoded = _PIECE_DECODER.decode(piece)
         except msgspec.ValidationError:  # an odd type somewhere: keep the events that have usable ones

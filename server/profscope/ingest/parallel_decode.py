@@ -1,11 +1,17 @@
-"""Decode a big trace on two cores: a second process builds the tables of every other piece.
+"""Decode a big trace on two cores: a second process builds the tables of most pieces.
 
 The reader (decompression, cutting) stays in the parsing process. Once a trace has proved big
-(``START_AFTER_PIECES`` pieces), two pieces in three are only checked to be well-formed JSON here —
-which is what tells the reader its cut was right — and sent to a helper process that decodes it into
-its own ``TableBuilder``. At the end the helper's partial tables are merged after this process's
+(``START_AFTER_PIECES`` pieces), two pieces in three are sent to a helper process that decodes them
+into its own ``TableBuilder``. At the end the helper's partial tables are merged after this process's
 rows (strings, tracks and row numbers renumbered), and the usual sort by time makes the order of
 the pieces irrelevant.
+
+The reader does not check the pieces it sends (checking cost it as much as decoding them): it
+speculates that its cut (after a ``}`` followed by ``, {``) is right. A wrong cut — ``}, {`` inside a
+string or inside an array of objects — leaves that piece unparsable, so the helper's decode fails on
+it; any piece failing there (malformed or hostile bytes alike) raises ``SpeculationFailed``, and the
+trace is read again on the certain, one-process path, which gives the same tables or the same error
+as if no piece had ever been sent.
 """
 
 from __future__ import annotations
@@ -13,22 +19,123 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import pickle
+import queue
+import select
+import socket
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
-import msgspec
-
-from profscope.ingest.json_stream import TraceFormatError
+from profscope.ingest.json_stream import TraceFormatError, valid_utf8
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
-# This process also inflates, cuts and checks every piece, so it decodes one piece in three and
-# the helper two: measured on 1 GB traces, that keeps both cores busy to the end.
+# This process also inflates, cuts and sends every piece, merges and sorts at the end: it decodes
+# one piece in HERE_EVERY and the helper the others (1 GB traces: 4 left the helper last, 2 this process).
 HERE_EVERY = 3
-_VALIDATOR = msgspec.json.Decoder(list[msgspec.Raw])
-_READY = b"ready"
+_READY = "ready"
+_SYNC = b"sync"  # asks the helper to answer once it has decoded every piece sent before
+_SYNCED = "synced"
+_DIED = "the process decoding part of this trace died (out of memory?)"
+
+
+class SpeculationFailed(Exception):
+    """A piece sent unchecked to the helper did not decode: read the trace again, on one process.
+
+    Not a ``TraceFormatError``: the file may be fine (a cut fell inside a string), so no caller
+    may record it as the file's error."""
+
+
+class Channel:
+    """One end of a socket pair carrying length-prefixed messages: pieces, and pickled answers.
+
+    multiprocessing's Connection reads a big message in socket-sized reads, each allocating a bytes
+    of the whole remaining size, then copies it twice more (0.8 s for the helper's 110 MB of partial
+    tables from a 1 GB trace). Here a message is received straight into one buffer — the helper's
+    pieces into one reused buffer, and the arrays of a pickled answer (protocol 5, out of band)
+    each into its own, which the unpickled arrays then use as they are."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._outbox: queue.Queue[tuple[bytes, ...] | None] | None = None
+        self._sender: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"sock": self.sock}  # the helper's end is pickled to start it, before any thread
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["sock"])
+
+    def send_later(self, *messages: bytes) -> None:
+        """Send ``messages`` from a thread, after those queued before: the reader goes on cutting and
+        decoding its own pieces while the helper is still reading the last one (a blocking send kept it
+        waiting 1.0-1.8 s of a 1 GB trace). At most two are queued: the memory stays bounded."""
+        if self._outbox is None:
+            self._outbox = queue.Queue(maxsize=2)
+            self._sender = threading.Thread(target=self._send_queued, name="profscope-piece-sender", daemon=True)
+            self._sender.start()
+        self._outbox.put(messages)
+
+    def _send_queued(self) -> None:
+        failed = False
+        while (messages := self._outbox.get()) is not None:
+            if failed:
+                continue  # drop: the reader learns that the helper is gone from the end of the channel
+            try:
+                for message in messages:
+                    self.send_bytes(message)
+            except OSError:
+                failed = True
+
+    def send_bytes(self, data: bytes | memoryview) -> None:
+        self.sock.sendall(len(data).to_bytes(8, "little"))
+        self.sock.sendall(data)
+
+    def recv_bytes(self, into: bytearray | None = None) -> memoryview:
+        """The next message, in ``into`` (grown if too small) or in a buffer of its own."""
+        size = int.from_bytes(self._receive_exactly(memoryview(bytearray(8))), "little")
+        buffer = bytearray(size) if into is None else into
+        if len(buffer) < size:
+            buffer.extend(bytes(size - len(buffer)))
+        with memoryview(buffer) as view:
+            return self._receive_exactly(view[:size])
+
+    def send(self, message: Any) -> None:
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+        self.send_bytes(len(buffers).to_bytes(8, "little") + head)
+        for buffer in buffers:
+            self.send_bytes(buffer.raw())
+
+    def recv(self) -> Any:
+        head = self.recv_bytes()
+        buffers = [self.recv_bytes() for _ in range(int.from_bytes(head[:8], "little"))]
+        return pickle.loads(head[8:], buffers=buffers)
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """True if a message (or the end of the channel) is waiting."""
+        poller = select.poll()  # not select.select: it cannot watch descriptors above 1023
+        poller.register(self.sock, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
+
+    def close(self) -> None:
+        if self._sender is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)  # a send blocked on a full socket fails at once
+            self._outbox.put(None)
+            self._sender.join()
+        self.sock.close()
+
+    def _receive_exactly(self, view: memoryview) -> memoryview:
+        done = 0
+        while done < len(view):
+            n = self.sock.recv_into(view[done:])
+            if not n:
+                raise EOFError("the other process closed the channel")
+            done += n
+        return view
 
 
 @dataclass(frozen=True)
@@ -51,30 +158,69 @@ class PieceRouter:
         self.decoder = decoder
         self.native = native
         self.pieces = 0
-        self._connection: Connection | None = None
+        self._connection: Channel | None = None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._ready = False
         self.sent = 0
+        self._confirmed = 0  # pieces the helper said it decoded (at the last sync)
+        self.non_utf8_pieces = 0  # the helper's pieces in which bytes that are not UTF-8 were replaced
 
-    def route(self, piece: bytes) -> Any:
+    def route(self, piece: bytes, here: bool = False) -> Any:
         if self.enabled and self.pieces == START_AFTER_PIECES and self._process is None:
             self._start()
         index = self.pieces
-        if self._helper_ready() and index % HERE_EVERY != 0:
-            _VALIDATOR.decode(piece)  # raises for a wrong cut, like a full decode would
-            if not piece.isascii():  # Raw does not check strings: the reader replaces bad bytes on this error
-                piece.decode("utf-8")
-            try:
-                self._connection.send_bytes(index.to_bytes(8, "little"))
-                self._connection.send_bytes(piece)
-            except OSError:
-                raise TraceFormatError("the process decoding part of this trace died (out of memory?)") from None
+        if not here and self._helper_ready() and index % HERE_EVERY != 0:
+            self._check_helper()
+            self._connection.send_later(index.to_bytes(8, "little"), bytes(piece))  # piece: the reader's buffer
             self.sent += 1
             decoded = None
         else:
-            decoded = self.decoder.decode(piece, self.native)
+            decoded = self._decode_here(piece)
         self.pieces += 1
         return index, decoded
+
+    def route_here(self, piece: bytes) -> Any:
+        """``route`` for a piece that must be decoded here (the last: its decode finds where the array ends)."""
+        return self.route(piece, here=True)
+
+    def _decode_here(self, piece: bytes) -> Any:
+        """A piece that fails here may start where a wrong cut sent to the helper ended: ask the helper
+        first, rather than searching for a cut that does not exist."""
+        try:
+            return self.decoder.decode(piece, self.native)
+        except UnicodeDecodeError:
+            raise  # the reader replaces the bytes and decodes again: nothing to do with the cuts
+        except Exception:
+            self.check_speculation()
+            raise
+
+    def check_speculation(self) -> None:
+        """Raise ``SpeculationFailed`` if a piece sent to the helper did not decode (waits for its answer)."""
+        if self._connection is None or self.sent == self._confirmed:
+            return
+        self._connection.send_later(_SYNC)
+        while self._receive() != _SYNCED:
+            pass
+        self._confirmed = self.sent
+
+    def _check_helper(self) -> None:
+        """Without waiting: stop speculating as soon as the helper reports a piece that failed."""
+        while self._connection.poll():
+            self._receive()
+
+    def _receive(self) -> Any:
+        try:
+            message = self._connection.recv()
+        except (EOFError, OSError):
+            raise TraceFormatError(_DIED) from None
+        if isinstance(message, dict):
+            if message.get("failed"):
+                raise SpeculationFailed(f"piece {message['piece']} did not decode in the second process")
+            if message.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
+                raise MemoryError(message["error"])
+            if "error" in message:
+                raise TraceFormatError(message["error"])
+        return message
 
     def _helper_ready(self) -> bool:
         """True once the helper said it is ready; a helper that could not start is given up silently."""
@@ -87,7 +233,7 @@ class PieceRouter:
             return False
         if self._connection.poll():
             try:
-                self._ready = self._connection.recv_bytes() == _READY
+                self._ready = self._connection.recv() == _READY
             except (EOFError, OSError):
                 self._ready = False
             if not self._ready:
@@ -100,7 +246,7 @@ class PieceRouter:
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
+        ours, theirs = (Channel(end) for end in socket.socketpair())
         process = context.Process(
             target=_decode_pieces, args=(theirs, self.decoder, self.native), name="profscope-second-core", daemon=True
         )
@@ -116,16 +262,11 @@ class PieceRouter:
         """The helper's partial tables (nothing if it never started)."""
         if self._connection is None or not self.sent:
             return
-        self._connection.send_bytes(b"")
-        try:
-            result = self._connection.recv()
-        except EOFError:
-            raise TraceFormatError("the process decoding half of this trace died (out of memory?)") from None
-        if result.get("out_of_memory"):  # the worker's memory cap applies to its helper too: same answer
-            raise MemoryError(result["error"])
-        if "error" in result:
-            raise TraceFormatError(result["error"])
-        yield result
+        self._connection.send_later(b"")
+        while "partial" not in (result := self._receive()):
+            pass
+        self.non_utf8_pieces = result["non_utf8_pieces"]
+        yield result["partial"]
 
     def close(self) -> None:
         if self._connection is not None:
@@ -136,16 +277,46 @@ class PieceRouter:
                 self._process.kill()
 
 
-def _decode_pieces(connection: Connection, decoder: PieceDecoder, native: bool) -> None:
-    """The helper: decode pieces until the empty message, then send back the partial tables."""
+def _decode_checked(decoder: PieceDecoder, piece: memoryview, native: bool) -> tuple[Any, int]:
+    """A piece decoded as the reader would (bytes that are not UTF-8 replaced), and 1 if some were."""
+    try:
+        return decoder.decode(piece, native), 0
+    except UnicodeDecodeError:
+        return decoder.decode(valid_utf8(piece), native), 1
+
+
+def _decode_pieces(connection: Channel, decoder: PieceDecoder, native: bool) -> None:
+    """The helper: decode pieces until the empty message, then send back the partial tables.
+
+    A piece that fails is reported at once (the reader stops sending and starts again on one
+    process); the pieces still in the pipe are then read and dropped."""
     gc.disable()  # as in the parsing process: millions of short-lived objects, no cycles
     builder = decoder.new_builder()
+    failed = False
+    non_utf8_pieces = 0
+    buffer = bytearray()  # every piece is received here: no 8 MB allocation per piece
     try:
-        connection.send_bytes(_READY)
-        while index := connection.recv_bytes():
-            decoder.add(builder, decoder.decode(connection.recv_bytes(), native), int.from_bytes(index, "little"))
-        connection.send(builder.partial())
-    except (EOFError, BrokenPipeError):  # the parsing process finished or went away
+        connection.send(_READY)
+        while index := bytes(connection.recv_bytes()):
+            if index == _SYNC:
+                connection.send(_SYNCED)
+                continue
+            with connection.recv_bytes(buffer) as piece:
+                if failed:
+                    continue
+                try:
+                    decoded, replaced = _decode_checked(decoder, piece, native)
+                except MemoryError:
+                    raise
+                except Exception:  # a wrong cut, or a malformed piece: the one-process path says which
+                    failed, builder = True, None
+                    connection.send({"failed": True, "piece": int.from_bytes(index, "little")})
+                    continue
+            decoder.add(builder, decoded, int.from_bytes(index, "little"))
+            non_utf8_pieces += replaced
+        if not failed:
+            connection.send({"partial": builder.partial(), "non_utf8_pieces": non_utf8_pieces})
+    except (EOFError, OSError):  # the parsing process finished or went away
         return
     except MemoryError:
         builder = None  # frees the partial tables, so that the answer can be sent
