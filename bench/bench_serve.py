@@ -43,14 +43,14 @@ POLL_S = 0.05
 PEERS = ("torch-tb-profiler", "HTA")
 
 
-def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float) -> dict:
+def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float, extra: tuple[str, ...] = ()) -> dict:
     """Start ``profscope serve`` on a folder holding only ``trace``; time until every view of its run is ready."""
     root = scratch / "root" / trace.name.split(".")[0]
     root.mkdir(parents=True)
     _place(trace, root / trace.name)
     port = free_port()
     command = [sys.executable, "-m", "profscope.cli", "serve", str(root.parent), "--port", str(port),
-               "--cache-dir", str(scratch / "cache"), "--log-level", "warning"]  # fmt: skip
+               "--cache-dir", str(scratch / "cache"), "--log-level", "warning", *extra]  # fmt: skip
     loads, peak_kb, peak_pss_kb, first_ready = [], 0, 0, {}
     started = time.perf_counter()
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -130,6 +130,7 @@ def main() -> int:
     parser.add_argument("--no-peers", action="store_true", help="profscope only")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every view")
     parser.add_argument("--results", type=Path, default=OUT / "serve-results.jsonl")
+    parser.add_argument("--serve-arg", action="append", default=[], help="an extra option of profscope serve")
     args = parser.parse_args()
     tools = ("profscope serve",) + (() if args.no_peers else PEERS)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -158,7 +159,7 @@ def measure(tool: str, trace: Path, args: argparse.Namespace) -> dict:
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="serve-bench-", dir=OUT) as scratch:
             if tool == "profscope serve":
-                outcome = serve_until_every_view(trace, Path(scratch), args.timeout)
+                outcome = serve_until_every_view(trace, Path(scratch), args.timeout, tuple(args.serve_arg))
             else:
                 outcome = peer(tool, trace, Path(scratch))
         if "error" in outcome:
