@@ -221,7 +221,11 @@ def compute_views(
     counter, timeline_child = Counter(), None
     second = two_cores(request)
     if second:
-        counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        try:
+            counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
+        except OSError:  # no shared memory for its lock here (a container without /dev/shm): one core it is
+            second = False
+    if second:
         if timeline_last:  # needs no call tree: a first child builds it while this process builds the tree
             helpers += _fork(local, [TIMELINE], Counter())
             timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
@@ -259,7 +263,7 @@ def _fork(jobs: ViewJobs, names: list[str], counter: Counter) -> list[ForkedHelp
     """A forked helper taking ``names`` through ``counter`` (none when no process can be started now)."""
     try:
         return [ForkedHelper(jobs, names, counter)]
-    except OSError:
+    except (OSError, AssertionError):  # no process can be started here (AssertionError: from a daemon process)
         return []
 
 
