@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "profscope.ingest.jobs",
             "profscope.ingest.request",
+            "profscope.ingest.parallel_queries",
             "profscope.ingest.snapshot_job",
             "profscope.ingest.memory_log_job",
         ),
