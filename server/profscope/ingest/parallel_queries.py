@@ -126,13 +126,6 @@ class Counter:
             self._shared.value = taken + 1
             return taken
 
-    def reset(self) -> None:
-        if self._shared is None:
-            self._local = 0
-        else:
-            with self._shared.get_lock():
-                self._shared.value = 0
-
 
 class ForkedHelper:
     """The worker's child for one trace's jobs: forked with the trace's tables and context in memory."""
