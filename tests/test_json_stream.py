@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import multiprocessing
 
 import numpy as np
 import orjson
@@ -12,7 +13,7 @@ import pytest
 from conftest import corpus_file
 from profscope.ingest import json_stream, parallel_decode
 from profscope.ingest.json_stream import SizeLimitExceeded, TraceFormatError
-from profscope.ingest.kineto import parse_trace
+from profscope.ingest.kineto import KINETO_PIECES, parse_trace
 
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 
@@ -64,16 +65,39 @@ def helper_started_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel_decode.PieceRouter, "_helper_ready", wait_for_the_helper)
 
 
+@pytest.mark.parametrize("started", ["forked before the parse", "spawned once the trace proves big"])
 def test_a_second_process_decoding_pieces_gives_identical_tables(
-    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None
+    monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None, started: str
 ) -> None:
     data = corpus_file(RESNET).read_bytes()
     monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+    if started.startswith("spawned"):  # where fork is not available
+        monkeypatch.setattr(parallel_decode.PieceRouter, "start_early", lambda router: None)
     alone = parse_trace(io.BytesIO(data), use_second_core=False)
     shared = parse_trace(io.BytesIO(data), use_second_core=True)
     assert alone.meta["pieces"]["decoded_by_second_process"] == 0
     assert shared.meta["pieces"]["decoded_by_second_process"] > 0  # the merge path really ran
     _tables_equal(alone, shared)
+    # the same ids too: strings and tracks numbered as one process numbers them (kineto.FirstSightings), so
+    # the cached results of a file do not depend on how its parse was shared
+    assert shared.strings.strings == alone.strings.strings and shared.tracks == alone.tracks
+    for table, columns in alone.columns.items():
+        for column, values in columns.items():
+            np.testing.assert_array_equal(shared.columns[table][column], values, err_msg=f"{table}.{column}")
+
+
+def test_a_helper_forked_for_a_trace_that_stays_small_leaves_when_the_parse_ends() -> None:
+    """Forked before the parse knows the trace's size: a one-piece trace never sends it anything, and it must
+    leave on its own when the parse closes its end (a copy of that end it kept would leave it waiting)."""
+    router = parallel_decode.PieceRouter(enabled=True, decoder=KINETO_PIECES)
+    router.start_early()
+    process = router._process
+    assert process is not None and process.is_alive()
+    router.close()  # joins, and kills a helper still there after 5 s
+    assert process.exitcode == 0
+    tables = parse_trace(io.BytesIO(_separators_in_strings_and_arrays(20)), use_second_core=True)
+    assert tables.row_count("events") == 20 and tables.meta["pieces"]["decoded_by_second_process"] == 0
+    assert not multiprocessing.active_children()
 
 
 def test_the_second_process_dying_gives_a_clear_error(
@@ -113,7 +137,7 @@ def _separators_in_strings_and_arrays(count: int) -> bytes:
             "dur": 1,
             "args": {"External id": i, "parts": [{"a": i}, {"b": [{"c": tricky}, {"d": 2}]}, {"e": 3}]},
         }
-        for i in range(400)
+        for i in range(count)
     ]
     return orjson.dumps({"traceEvents": events, "traceName": "x"}).replace(b"},{", b"}, {")
 

@@ -313,6 +313,10 @@ class TableBuilder:
         self.event_count = 0
         self.non_event_items = 0
         self.native_pieces = 0  # pieces whose complete events the C decoder read
+        # (piece, ids before it): which piece first interned each string and track (see FirstSightings)
+        self._string_marks: list[tuple[int, int]] = []
+        self._track_marks: list[tuple[int, int]] = []
+        self._merged: tuple[FirstSightings, FirstSightings] | None = None  # strings, tracks; once a part is merged
 
     def warn(self, message: str) -> None:
         self.warnings[message] = self.warnings.get(message, 0) + 1
@@ -387,6 +391,8 @@ class TableBuilder:
     def _start_piece(self, piece: int, event_count: int) -> None:
         self._piece, self._piece_rows = piece, 0
         self.event_count += event_count
+        self._string_marks.append((piece, len(self.strings)))
+        self._track_marks.append((piece, len(self.tracks)))
 
     def _add_not_complete(self, others: list[Event], native: NativePiece | None = None) -> None:
         memory = [e for e in others if e.name == "[memory]" and e.ph in _INSTANT_PHASES]
@@ -784,7 +790,9 @@ class TableBuilder:
             "time_chunks": self._time_chunks,
             "rows": self._rows,
             "strings": self.strings.strings,
+            "string_pieces": first_pieces(self._string_marks, len(self.strings)),
             "tracks": self.tracks,
+            "track_pieces": first_pieces(self._track_marks, len(self.tracks)),
             "process_meta": getattr(self, "_process_meta", {}),
             "warnings": self.warnings,
             "event_count": self.event_count,
@@ -796,8 +804,16 @@ class TableBuilder:
     def merge(self, part: dict[str, Any]) -> None:
         """Append another builder's rows after this one's, renumbering its strings, tracks and rows."""
         self._flush()
+        if self._merged is None:  # where this builder's own strings and tracks were first seen, before theirs join
+            self._merged = (
+                FirstSightings(first_pieces(self._string_marks, len(self.strings))),
+                FirstSightings(first_pieces(self._track_marks, len(self.tracks))),
+            )
         string_map = np.asarray(self.intern_all(part["strings"]), dtype=np.int64)
         track_map = np.asarray([self.track(t.pid, t.tid) for t in part["tracks"]], dtype=np.int64)
+        strings_seen, tracks_seen = self._merged
+        strings_seen.add(string_map, part["string_pieces"], len(self.strings))
+        tracks_seen.add(track_map, part["track_pieces"], len(self.tracks))
         for theirs, ours in zip(part["tracks"], track_map.tolist(), strict=True):
             track = self.tracks[ours]
             track.thread_name = track.thread_name or theirs.thread_name
@@ -856,6 +872,8 @@ class TableBuilder:
         }
         self._chunks.clear()
         release_freed_memory()
+        if self._merged is not None:
+            self._renumber_as_one_process(columns, *self._merged)
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
         events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
@@ -881,6 +899,82 @@ class TableBuilder:
             warnings=[{"message": m, "count": c} for m, c in sorted(self.warnings.items())],
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
+
+
+    def _renumber_as_one_process(
+        self, columns: dict[str, dict[str, np.ndarray]], strings: FirstSightings, tracks: FirstSightings
+    ) -> None:
+        """String and track ids in the order one process reading every piece would have given them, whichever
+        process decoded which piece: the cached results of a file do not depend on how its parse was shared."""
+        string_order, new_string = strings.order(len(self.strings))
+        track_order, new_track = tracks.order(len(self.tracks))
+        for table_name, names in STRING_COLUMNS.items():
+            for column in names:
+                values = columns[table_name][column]
+                columns[table_name][column] = np.where(values >= 0, new_string[np.maximum(values, 0)], values).astype(
+                    values.dtype, copy=False
+                )
+        for table_name in TRACK_TABLES:
+            values = columns[table_name]["track"]
+            columns[table_name]["track"] = np.where(values >= 0, new_track[np.maximum(values, 0)], values).astype(
+                values.dtype, copy=False
+            )
+        self.strings = StringTable([self.strings.strings[i] for i in string_order.tolist()])
+        self.tracks = [self.tracks[i] for i in track_order.tolist()]
+
+
+def first_pieces(marks: list[tuple[int, int]], count: int) -> np.ndarray:
+    """The piece that first interned each of ``count`` ids, from (piece, ids interned before it) marks in the
+    order the pieces were added; -1 for ids interned before the first piece."""
+    pieces = np.full(count, -1, dtype=np.int64)
+    for (piece, start), (_, end) in zip(marks, [*marks[1:], (0, count)], strict=True):
+        pieces[start:end] = piece
+    return pieces
+
+
+class FirstSightings:
+    """Where each id of a builder's table (strings or tracks) was first seen, over the builders merged into it.
+
+    One process reading a trace interns a string (or a track) when it first meets it: ids follow the pieces
+    in file order, and within a piece the order the builder meets values in. Shared between processes, each
+    interns in the order of the pieces it got, and the merge appends the others' after its own. The key
+    (first piece, process, that process's id) sorts them back into the one-process order: a piece was read
+    by one process, whose ids keep the order of the values new in it, and the values that are new in the
+    whole trace there are new in that process too. Ids beyond the known (interned after the merge) follow, in
+    their order."""
+
+    LATER = np.iinfo(np.int64).max
+
+    def __init__(self, pieces: np.ndarray) -> None:
+        self.piece = pieces
+        self.process = np.zeros(len(pieces), dtype=np.int64)
+        self.local = np.arange(len(pieces), dtype=np.int64)
+        self.processes = 1
+
+    def add(self, mapping: np.ndarray, their_pieces: np.ndarray, total: int) -> None:
+        """Another builder's ids, merged as ``mapping`` (theirs -> ours); ``total``: our ids now."""
+        self._grow(total)
+        earlier = their_pieces < self.piece[mapping]
+        ours = mapping[earlier]
+        self.piece[ours] = their_pieces[earlier]
+        self.process[ours] = self.processes
+        self.local[ours] = np.flatnonzero(earlier)
+        self.processes += 1
+
+    def order(self, total: int) -> tuple[np.ndarray, np.ndarray]:
+        """(old id of each new id, new id of each old id)."""
+        self._grow(total)
+        old_of_new = np.lexsort((self.local, self.process, self.piece))
+        new_of_old = np.empty_like(old_of_new)
+        new_of_old[old_of_new] = np.arange(len(old_of_new))
+        return old_of_new, new_of_old
+
+    def _grow(self, total: int) -> None:
+        known = len(self.piece)
+        if total > known:
+            self.piece = np.concatenate([self.piece, np.full(total - known, self.LATER, dtype=np.int64)])
+            self.process = np.concatenate([self.process, np.zeros(total - known, dtype=np.int64)])
+            self.local = np.concatenate([self.local, np.arange(known, total, dtype=np.int64)])
 
 
 LEGACY_AUTOGRAD_PID = "CPU functions"
@@ -1100,11 +1194,15 @@ def _parse_trace(
     use_second_core: bool,
     native: bool,
 ) -> TraceTables:
-    counting = CountingReader(raw, on_progress)
-    stream = open_decompressed(counting)
+    router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
+    router.start_early()  # before the inflating thread exists
+    try:
+        stream = open_decompressed(CountingReader(raw, on_progress))
+    except BaseException:
+        router.close()
+        raise
     reader = ChromeTraceReader(stream, limit_bytes=max_trace_bytes)
     builder = TableBuilder()
-    router = PieceRouter(enabled=use_second_core, decoder=KINETO_PIECES, native=native)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:

@@ -166,7 +166,7 @@ class PieceRouter:
         self.non_utf8_pieces = 0  # the helper's pieces in which bytes that are not UTF-8 were replaced
 
     def route(self, piece: bytes, here: bool = False) -> Any:
-        if self.enabled and self.pieces == START_AFTER_PIECES and self._process is None:
+        if self.enabled and self.pieces >= START_AFTER_PIECES and self._process is None:
             self._start()
         index = self.pieces
         if not here and self._helper_ready() and index % HERE_EVERY != 0:
@@ -244,11 +244,24 @@ class PieceRouter:
         self.close()
         self._connection, self._process, self.enabled = None, None, False
 
-    def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
+    def start_early(self) -> None:
+        """Fork the helper now, before the inflating thread starts: it begins decoding with the first piece
+        it is sent, where a helper spawned once the trace proves big (``route``) first spends ~0.5 s of CPU
+        starting Python and importing the parser: most of a 200 MB trace's parse. A small trace's helper
+        idles and leaves. Without fork (or no process can start here): the spawned one, later."""
+        if self.enabled and self._process is None and "fork" in multiprocessing.get_all_start_methods():
+            self._start("fork")
+
+    def _start(self, method: str = "spawn") -> None:
+        context = multiprocessing.get_context(method)
         ours, theirs = (Channel(end) for end in socket.socketpair())
+        # a forked helper holds a copy of our end too: it closes it first, or it would never see ours close
+        inherited = ours if method == "fork" else None
         process = context.Process(
-            target=_decode_pieces, args=(theirs, self.decoder, self.native), name="profscope-second-core", daemon=True
+            target=_decode_pieces,
+            args=(theirs, self.decoder, self.native, inherited),
+            name="profscope-second-core",
+            daemon=True,
         )
         try:
             process.start()
@@ -285,11 +298,14 @@ def _decode_checked(decoder: PieceDecoder, piece: memoryview, native: bool) -> t
         return decoder.decode(valid_utf8(piece), native), 1
 
 
-def _decode_pieces(connection: Channel, decoder: PieceDecoder, native: bool) -> None:
+def _decode_pieces(connection: Channel, decoder: PieceDecoder, native: bool, inherited: Channel | None = None) -> None:
     """The helper: decode pieces until the empty message, then send back the partial tables.
 
     A piece that fails is reported at once (the reader stops sending and starts again on one
-    process); the pieces still in the pipe are then read and dropped."""
+    process); the pieces still in the pipe are then read and dropped. ``inherited``: the parsing
+    process's end, which a forked helper holds a copy of."""
+    if inherited is not None:
+        inherited.close()
     gc.disable()  # as in the parsing process: millions of short-lived objects, no cycles
     builder = decoder.new_builder()
     failed = False
