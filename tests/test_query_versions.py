@@ -18,12 +18,13 @@ from fastapi.testclient import TestClient
 import profscope.app
 from conftest import corpus_file
 from profscope.analysis.overview import overview_payload
-from profscope.analysis.payloads import Query, query_of
+from profscope.analysis.payloads import Query, declared_queries, query_of
 from profscope.cache import TraceCache
 from profscope.catalog import TraceFile, build_runs
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestRequest, run_ingest
 from profscope.sources import LocalSource
+from profscope.state import Profscope
 from profscope.store import Store
 from profscope.views import overview
 from profscope.views.registry import VIEWS, queries
@@ -156,3 +157,26 @@ def test_a_query_left_to_the_first_request_is_computed_then_once_without_parsing
         assert store.result(trace.cache_key, query.name) == first
         assert cache.read_view(trace.cache_key, query.stored_name) == first
     assert calls == Counter({query.name: 1 for query in on_demand}), "each computed once; nothing parsed"
+
+
+def test_every_declared_query_is_a_views_query_and_the_reverse() -> None:
+    """``serve`` hands the first parses every ``@payload`` query before the views are imported (state.py,
+    cli.serve): that must be the set the views ask for, the same objects."""
+    declared = {query.name: query for query in declared_queries()}
+    assert declared == {query.name: query for query in queries()}
+    assert OVERVIEW.name in declared
+
+
+def test_a_state_started_early_refuses_views_asking_for_other_queries(tmp_path: Path) -> None:
+    settings = Settings(roots=[str(tmp_path)], cache_dir=tmp_path / "cache")
+    state = Profscope(settings, queries=[q for q in declared_queries() if q.name != OVERVIEW.name])
+    try:
+        with pytest.raises(ValueError, match="other cached queries"):
+            state.show_views(VIEWS)
+        assert state.views == ()
+        complete = Profscope(settings, queries=declared_queries())
+        complete.show_views(VIEWS)
+        assert complete.views == VIEWS
+        complete.stop()
+    finally:
+        state.stop()

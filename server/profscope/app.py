@@ -33,14 +33,19 @@ GUARDED_PATHS = PROBE_PATHS | HEAVY_PATHS
 LOGGED_METHOD_CHARS = 16  # a client may send a method name of any length
 
 
-def create_app(settings: Settings) -> FastAPI:
-    metrics = Metrics()
+def create_app(settings: Settings, started: Profscope | None = None) -> FastAPI:
+    """``started``: the state ``serve`` built and started before importing this module (its first parses run
+    already); it is stopped with the app. Without it, the app builds and starts its own at startup."""
+    metrics = started.metrics if started is not None else Metrics()
+    if started is not None:
+        started.show_views(VIEWS)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = Profscope(settings, metrics, VIEWS)
+        state = started or Profscope(settings, metrics, VIEWS)
         app.state.profscope = state
-        state.start()
+        if started is None:
+            state.start()
         try:
             yield
         finally:

@@ -340,3 +340,16 @@ def _make_spans_unique(run: Run) -> None:
         seen[slot] = seen.get(slot, 0) + 1
         if seen[slot] > 1:  # e.g. both trace.json and trace.json.gz: keep both, told apart
             trace.span = f"{trace.span}~{PurePosixPath(trace.key).name}"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the views need to know of a run to say whether they apply to it."""
+
+    traces: int  # trace files (parsed or not)
+    kernels: bool  # a parsed trace has GPU kernels
+    memory: bool  # allocator snapshots, memory.log files, or a parsed trace with memory events
+    workers: int
+    distributed_info: bool  # the first trace records ``distributedInfo``
+    not_distributed: str | None = None  # why its traces are not ranks of one job (``docs/definitions.md``)
+    trace_format: str | None = None  # its first trace's writer once parsed: "kineto" or "paddle"

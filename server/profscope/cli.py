@@ -24,6 +24,7 @@ from profscope.sources.base import StorageOptions, redact
 if TYPE_CHECKING:
     from profscope.catalog import TraceFile
     from profscope.sources import Source
+    from profscope.state import Profscope
 
 
 def _int_env(name: str, default: int) -> int:
@@ -443,12 +444,26 @@ def serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
+    # the catalog is listed and the first parses handed to the workers now: the web framework and the views
+    # are imported (~1 s) while they parse
+    from profscope.analysis.payloads import declared_queries
+    from profscope.state import Profscope
+
+    state = Profscope(settings, queries=declared_queries())
+    try:
+        state.start()
+        return _serve_app(args, settings, sock, state)
+    finally:
+        state.stop()  # also when the app never started (the app's lifespan stops it too: a second stop does nothing)
+
+
+def _serve_app(args: argparse.Namespace, settings: Settings, sock: socket.socket, state: Profscope) -> int:
     import uvicorn
 
     from profscope.app import create_app
     from profscope.http_protocol import guarded_protocol
 
-    app = create_app(settings)
+    app = create_app(settings, started=state)
     access = []
     if settings.auth_token:
         access.append("token")
@@ -538,6 +553,9 @@ def catalog_file(source: Source, key: str, size: int) -> TraceFile | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # no BLAS call anywhere, but OpenBLAS starts a spinning thread per core in every process that imports
+    # numpy (server, parse workers, their helpers): ~0.2 s of CPU each on a 2-core machine. Before numpy loads.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)

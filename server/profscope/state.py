@@ -16,7 +16,7 @@ import orjson
 from profscope.analysis.distributed import JobRanks, job_ranks
 from profscope.cache import TraceCache
 from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
-from profscope.catalog import Run, TraceFile, build_runs, moved_run
+from profscope.catalog import Run, RunFacts, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.ingest.request import QUERY_KIND
@@ -24,9 +24,9 @@ from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, is_object_store_uri, open_source, redact
 from profscope.store import Store
-from profscope.views.view import RunFacts
 
 if TYPE_CHECKING:
+    from profscope.analysis.payloads import Query
     from profscope.views.view import View
 
 log = logging.getLogger("profscope.state")
@@ -71,12 +71,24 @@ def _display_uri(uri: str, source: Source | None) -> str:
 
 
 class Profscope:
-    def __init__(self, settings: Settings, metrics: Metrics | None = None, views: Sequence[View] = ()) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        views: Sequence[View] = (),
+        queries: Sequence[Query] | None = None,
+    ) -> None:
+        """``views``: the registry (profscope.views.VIEWS), handed in: views sit above this layer. ``queries``:
+        the cached queries each file's ingest computes, by default the views'. ``serve`` builds the state
+        before the views are imported, with every declared query (the same set), and hands the views in later
+        (``show_views``): the first parse starts while the web framework is still being imported."""
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
-        self.views = tuple(views)  # the registry (profscope.views.VIEWS), handed in: views sit above this layer
-        queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
+        self.views = tuple(views)
+        if queries is None:
+            queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
+        queries = tuple(queries)
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -211,6 +223,13 @@ class Profscope:
                     continue
                 if trace.source in recovered_roots or now - float(error.get("at", 0)) >= retry_after_s:
                     self.ingest.retry(trace)
+
+    def show_views(self, views: Sequence[View]) -> None:
+        """The views, for a state built before they were imported: they must ask for the queries it computes."""
+        wanted = {query.name: query for view in views for query in view.queries}
+        if set(wanted) != set(self.store.queries):
+            raise ValueError("the views ask for other cached queries than the ingest computes")
+        self.views = tuple(views)
 
     def start(self) -> None:
         self.rescan()

@@ -73,3 +73,23 @@ def query_of(function: Callable[..., Any]) -> Query:
     if not isinstance(declared, Query):
         raise TypeError(f"{function.__qualname__} is not declared with @payload")
     return declared
+
+
+def declared_queries() -> tuple[Query, ...]:
+    """Every query declared with ``@payload`` in ``profscope.analysis``, importing each of its modules.
+
+    The same set as the views' (``profscope.views.registry.queries``, a test holds them equal), without
+    the web framework the view modules import: ``serve`` starts the first parse with it before building
+    the app, and a prestarted parse worker warms up with it."""
+    import importlib
+    import pkgutil
+
+    import profscope.analysis
+
+    found: dict[str, Query] = {}
+    for module in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis."):
+        for value in vars(importlib.import_module(module.name)).values():
+            declared = getattr(value, "query", None)
+            if isinstance(declared, Query):
+                found.setdefault(declared.name, declared)
+    return tuple(found.values())

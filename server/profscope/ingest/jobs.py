@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import logging
 import multiprocessing
 import os
@@ -39,6 +38,7 @@ from multiprocessing.connection import wait as wait_for_processes
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from profscope.analysis.payloads import declared_queries
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import NSYS, TRACE, TraceFile
 from profscope.ingest.json_stream import TraceFormatError
@@ -283,12 +283,7 @@ def run_job(request: IngestRequest) -> dict[str, Any]:
 
 def _warm_up() -> None:
     """A prestarted worker's first task: import every analysis module a parse's views need."""
-    import pkgutil
-
-    import profscope.analysis
-
-    for module in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis."):
-        importlib.import_module(module.name)
+    declared_queries()
 
 
 # ---- in the server process -------------------------------------------------------------------
@@ -446,6 +441,8 @@ class IngestManager:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:

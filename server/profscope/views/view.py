@@ -8,21 +8,9 @@ from dataclasses import dataclass
 from fastapi import APIRouter
 
 from profscope.analysis.payloads import Query
+from profscope.catalog import RunFacts  # what the server knows of a run; the views' `applies` read it
 
 NO_TRACE = "This run holds only memory snapshots or memory.log files: see Memory"
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the views need to know of a run to say whether they apply to it."""
-
-    traces: int  # trace files (parsed or not)
-    kernels: bool  # a parsed trace has GPU kernels
-    memory: bool  # allocator snapshots, memory.log files, or a parsed trace with memory events
-    workers: int
-    distributed_info: bool  # the first trace records ``distributedInfo``
-    not_distributed: str | None = None  # why its traces are not ranks of one job (``docs/definitions.md``)
-    trace_format: str | None = None  # its first trace's writer once parsed: "kineto" or "paddle"
 
 
 def always(_: RunFacts) -> str | None:
