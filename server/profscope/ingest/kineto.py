@@ -900,7 +900,6 @@ class TableBuilder:
         )
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
 
-
     def _renumber_as_one_process(
         self, columns: dict[str, dict[str, np.ndarray]], strings: FirstSightings, tracks: FirstSightings
     ) -> None:
