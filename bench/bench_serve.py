@@ -3,6 +3,7 @@ until every view of the trace is ready, then torch-tb-profiler 0.4.3 and HTA 0.5
 
     python bench/bench_serve.py bench/out/resnet50_x200MB.json.gz bench/out/nsres_x200MB.json.gz
     python bench/bench_serve.py FILE --no-peers           # profscope only (no ratios then)
+    python bench/bench_serve.py FILE --peer torch-tb-profiler   # one peer (HTA takes ~8 min on a 1 GB nsres trace)
 
 For each trace:
 - profscope: a folder holding only that file (one run) is served by a fresh ``profscope serve`` with an
@@ -128,11 +129,12 @@ def main() -> int:
     parser.add_argument("traces", nargs="+", type=Path)
     parser.add_argument("--runs", type=int, default=1, help="profscope runs per trace (median); the peers run once")
     parser.add_argument("--no-peers", action="store_true", help="profscope only")
+    parser.add_argument("--peer", action="append", choices=PEERS, help="run only this peer (repeatable; default: all)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every view")
     parser.add_argument("--results", type=Path, default=OUT / "serve-results.jsonl")
     parser.add_argument("--serve-arg", action="append", default=[], help="an extra option of profscope serve")
     args = parser.parse_args()
-    tools = ("profscope serve",) + (() if args.no_peers else PEERS)
+    tools = ("profscope serve",) + (() if args.no_peers else tuple(args.peer or PEERS))
     OUT.mkdir(parents=True, exist_ok=True)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     rows = []
