@@ -65,12 +65,24 @@ def helper_started_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel_decode.PieceRouter, "_helper_ready", wait_for_the_helper)
 
 
-@pytest.mark.parametrize("started", ["forked before the parse", "spawned once the trace proves big"])
+@pytest.mark.parametrize(
+    "started",
+    [
+        "forked before the parse, pieces in shared slots",
+        "forked, pieces bigger than a slot (through the socket)",
+        "forked, one slot (the reader decodes a piece when it is taken)",
+        "spawned once the trace proves big (no fork here)",
+    ],
+)
 def test_a_second_process_decoding_pieces_gives_identical_tables(
     monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None, started: str
 ) -> None:
     data = corpus_file(RESNET).read_bytes()
     monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+    if "bigger than a slot" in started:
+        monkeypatch.setattr(parallel_decode, "SLOT_BYTES", 1 << 10)
+    if "one slot" in started:
+        monkeypatch.setattr(parallel_decode, "RING_SLOTS", 1)
     if started.startswith("spawned"):  # where fork is not available
         monkeypatch.setattr(parallel_decode.PieceRouter, "start_early", lambda router: None)
     alone = parse_trace(io.BytesIO(data), use_second_core=False)
@@ -98,6 +110,20 @@ def test_a_helper_forked_for_a_trace_that_stays_small_leaves_when_the_parse_ends
     tables = parse_trace(io.BytesIO(_separators_in_strings_and_arrays(20)), use_second_core=True)
     assert tables.row_count("events") == 20 and tables.meta["pieces"]["decoded_by_second_process"] == 0
     assert not multiprocessing.active_children()
+
+
+def test_a_piece_ring_hands_out_each_slot_once_and_refuses_what_does_not_fit() -> None:
+    ring = parallel_decode.PieceRing(2, 8)
+    first, second = ring.put(b"12345678"), ring.put(memoryview(b"abc"))
+    assert first is not None and second is not None and ring.free == []
+    assert ring.put(b"x") is None  # every slot taken
+    assert bytes(ring.view(first)) == b"12345678" and bytes(ring.view(second)) == b"abc"
+    ring.free.append(parallel_decode.PieceRing.slot_of(first))
+    assert ring.put(b"123456789") is None  # bigger than a slot
+    again = ring.put(b"z")
+    assert parallel_decode.PieceRing.slot_of(again) == parallel_decode.PieceRing.slot_of(first)
+    assert bytes(ring.view(again)) == b"z" and bytes(ring.view(second)) == b"abc"
+    ring.close()
 
 
 def test_the_second_process_dying_gives_a_clear_error(
