@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from profscope.cache import TraceCache
 from profscope.ingest import jobs
 from profscope.ingest.jobs import IngestManager, WorkerLimits, prestart_workers
@@ -22,17 +24,50 @@ def _manager(tmp_path: Path, workers: int, memory_bytes: int = 0) -> IngestManag
     )
 
 
-def test_the_manager_parses_with_the_prestarted_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_manager_parses_with_the_prestarted_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """With no other thread (``serve``, after its imports) the workers are forked, all at once, their imports
+    done; once another thread runs, a fork could copy a lock it holds: one worker is spawned."""
+    import shutil
+    import time
+
+    from conftest import corpus_file
+    from profscope.catalog import build_runs
+
+    monkeypatch.setattr(jobs.threading, "active_count", lambda: threads)
     prestart_workers(2)
     pool = jobs._prestarted[0]
     worker_pids = {process.pid for process in pool._processes.values()}
-    assert len(worker_pids) == 1 and os.getpid() not in worker_pids
-    manager = _manager(tmp_path, 2)
+    assert os.getpid() not in worker_pids
+    assert pool._mp_context.get_start_method() == ("fork" if threads == 1 else "spawn")
+    assert len(worker_pids) == (2 if threads == 1 else 1)
+    root = tmp_path / "root" / "run"
+    root.mkdir(parents=True)
+    trace = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
+    shutil.copy(corpus_file(trace), root / Path(trace).name)
+    manager = IngestManager(TraceCache(tmp_path / "cache"), 2, 1 << 30, source_for=lambda _: LocalSource(root.parent))
     try:
         assert manager._pool is pool and jobs._prestarted is None  # taken over once
         assert manager._ensure_pool() is pool
+        source = LocalSource(root.parent)
+        (file,) = [t for run in build_runs([("root", source.uri, source.list())]).values() for t in run.traces()]
+        manager.request(file)
+        deadline = time.monotonic() + 120
+        while manager.state(file).state not in ("ready", "error") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert manager.state(file).state == "ready"
+        assert {process.pid for process in pool._processes.values()} >= worker_pids  # the same pool parsed it
     finally:
         manager.close()
+
+
+def test_workers_that_no_manager_takes_are_stopped() -> None:
+    prestart_workers(1)
+    pool = jobs._prestarted[0]
+    jobs.stop_prestarted_workers()
+    assert jobs._prestarted is None and pool._shutdown_thread
 
 
 def test_other_worker_settings_start_a_pool_of_their_own(tmp_path: Path) -> None:

@@ -18,14 +18,14 @@ MAX_NICENESS = 19
 
 
 def _parse_workers(server_pid: int) -> list[int]:
-    """The server's process-pool workers (not multiprocessing's resource tracker)."""
+    """The server's process-pool workers, forked or spawned (not multiprocessing's resource tracker)."""
     workers = []
     for pid in children_of(server_pid):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if b"multiprocessing.spawn" in command or b"spawn_main" in command:
+        if b"resource_tracker" not in command:
             workers.append(pid)
     return workers
 

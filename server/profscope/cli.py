@@ -419,7 +419,6 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from profscope.ingest.jobs import prestart_workers
     from profscope.ingest.malloc_tuning import limit_heap_arenas
 
     try:
@@ -428,8 +427,6 @@ def serve(args: argparse.Namespace) -> int:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
-    # the parse workers start first: they import what a parse needs while this process builds the app
-    prestart_workers(settings.workers, settings.worker_memory_bytes)
     from profscope.auth import access_settings_problems
 
     errors, warnings = access_settings_problems(settings)
@@ -439,17 +436,23 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, settings.log_format, secrets=[settings.auth_token, settings.proxy_secret])
     for warning in warnings:
         logging.getLogger("profscope").warning("%s", warning)
+    # The parsers and every cached query's analysis are imported first; the parse workers are then forked
+    # from this process, which has no other thread yet (jobs.prestart_workers), before it listens: they start
+    # with all of it imported. The catalog is listed and the first parses handed to them before the web
+    # framework and the views are imported (~1 s), which happens while they parse.
+    from profscope.analysis.payloads import declared_queries
+    from profscope.ingest.jobs import prestart_workers, stop_prestarted_workers
+    from profscope.state import Profscope
+
+    queries = declared_queries()
+    prestart_workers(settings.workers, settings.worker_memory_bytes)
     try:
         sock = _bind(settings.host, settings.port)
     except OSError as exc:
+        stop_prestarted_workers()
         print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return 2
-    # the catalog is listed and the first parses handed to the workers now: the web framework and the views
-    # are imported (~1 s) while they parse
-    from profscope.analysis.payloads import declared_queries
-    from profscope.state import Profscope
-
-    state = Profscope(settings, queries=declared_queries())
+    state = Profscope(settings, queries=queries)
     try:
         state.start()
         return _serve_app(args, settings, sock, state)

@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -291,18 +292,35 @@ _prestarted: tuple[ProcessPoolExecutor, Any, int, int] | None = None  # pool, it
 
 
 def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
-    """Spawn the parse workers now and have them import what a parse needs, before the server's own imports
-    (the web framework, the views): on two cores both happen at once, and the first parse starts in a warm
-    worker. The next ``IngestManager`` with the same worker settings takes this pool over."""
+    """Start the parse workers now; the next ``IngestManager`` with the same worker settings takes them over.
+
+    On Linux, in a process with no other thread yet, they are forked: ``serve`` calls this once it has
+    imported the parsers and the analysis, so the workers start at once with all of it imported (shared
+    copy-on-write), ~0.4 s before spawned ones would have imported it. Elsewhere (or once threads run, when a
+    fork could copy a lock another thread holds) they are spawned and import it in parallel with the caller.
+    Workers the manager starts later (a second parse, a restart after a crash) are always spawned."""
     global _prestarted
-    context = multiprocessing.get_context("spawn")
-    queue = context.SimpleQueue()
+    fork = sys.platform.startswith("linux") and threading.active_count() == 1
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    # the manager hands this queue to the spawned workers it starts later (a restart): a spawn context's
+    # lock, which forked workers inherit as well
+    queue = multiprocessing.get_context("spawn").SimpleQueue()
     with _sigint_blocked():  # as in IngestManager._pump: the workers start with Ctrl+C held off
         pool = ProcessPoolExecutor(
             max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(queue, memory_bytes)
         )
-        pool.submit(_warm_up)  # one worker: the others start when a second parse is queued
+        # forked: every worker starts now, before the pool's own thread; spawned: one, the others when a
+        # second parse is queued
+        pool.submit(_warm_up)
     _prestarted = (pool, queue, max(1, workers), memory_bytes)
+
+
+def stop_prestarted_workers() -> None:
+    """Stop the workers ``prestart_workers`` started if no manager took them (the server could not start)."""
+    global _prestarted
+    if _prestarted is not None:
+        _stop_pool(_prestarted[0])
+        _prestarted = None
 
 
 def _take_prestarted(workers: int, memory_bytes: int) -> tuple[ProcessPoolExecutor, Any] | None:
