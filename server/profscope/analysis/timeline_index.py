@@ -101,40 +101,13 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     groups, tracks = _layout(tables, track, kind, depth, len(step_rows) > 0)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
 
-    # Lanes in display order: (track slot, depth). Raw slice positions follow lane order.
-    lane_rows: list[np.ndarray] = []
-    lane_track: list[int] = []
-    lane_depth: list[int] = []
-    for slot, info in enumerate(tracks):
-        if info["kind"] != "slices":
-            continue
-        if info["id"] == STEPS_TRACK:
-            rows, row_depth = step_rows, step_depth
-        else:
-            rows = track_rows.get(int(info["id"][1:]), np.zeros(0, dtype=np.int64))
-            row_depth = depth[rows]
-        info["lanes"] = []
-        info["max_depth"] = int(row_depth.max(initial=-1))
-        info["events"] = len(rows)
-        by_depth = stable_argsort(row_depth)  # time order kept within each depth
-        sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
-        if not len(sorted_rows):
-            continue
-        bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
-        for lane, lane_d in zip(np.split(sorted_rows, bounds), sorted_depth[np.r_[0, bounds]].tolist(), strict=True):
-            info["lanes"].append(len(lane_rows))
-            lane_rows.append(lane)
-            lane_track.append(slot)
-            lane_depth.append(int(lane_d))
-
-    raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
-    lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
-    lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
+    raw_event, lane_offsets, lane_track, lane_depth = _lanes(tracks, track_rows, depth, step_rows, step_depth)
+    del track_rows  # the levels' temporaries need the room
     raw_start, raw_end = start[raw_event], end[raw_event]
     stride = int(end.max(initial=0)) + 2
-    if len(lane_rows) and stride * (len(lane_rows) + 1) >= 2**62:
+    if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
         raise ValueError("trace too long to index for the timeline")
-    lane_base = np.repeat(np.arange(len(lane_rows), dtype=np.int64) * stride, np.diff(lane_offsets))
+    lane_base = np.repeat(np.arange(len(lane_track), dtype=np.int64) * stride, np.diff(lane_offsets))
     busy_cum = np.zeros(len(raw_event) + 1, dtype=np.int64)
     np.cumsum(raw_end - raw_start, out=busy_cum[1:])
 
@@ -169,6 +142,46 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
         arrays[f"level{level}_name"] = dominant
     info["arrays"] = sorted(arrays)
     return TimelineIndex(arrays=arrays, info=info)
+
+
+def _lanes(
+    tracks: list[dict[str, Any]],
+    track_rows: dict[int, np.ndarray],
+    depth: np.ndarray,
+    step_rows: np.ndarray,
+    step_depth: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+    """Lanes in display order, (track slot, depth), and the raw slice rows in lane order: ``(raw_event,
+    lane_offsets, lane_track, lane_depth)``. Lists each slice track's lanes, depth and event count in ``tracks``."""
+    lane_rows: list[np.ndarray] = []
+    lane_track: list[int] = []
+    lane_depth: list[int] = []
+    for slot, info in enumerate(tracks):
+        if info["kind"] != "slices":
+            continue
+        if info["id"] == STEPS_TRACK:
+            rows, row_depth = step_rows, step_depth
+        else:
+            rows = track_rows.get(int(info["id"][1:]), np.zeros(0, dtype=np.int64))
+            row_depth = depth[rows]
+        info["lanes"] = []
+        info["max_depth"] = int(row_depth.max(initial=-1))
+        info["events"] = len(rows)
+        by_depth = stable_argsort(row_depth)  # time order kept within each depth
+        sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
+        if not len(sorted_rows):
+            continue
+        bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
+        for lane, lane_d in zip(np.split(sorted_rows, bounds), sorted_depth[np.r_[0, bounds]].tolist(), strict=True):
+            info["lanes"].append(len(lane_rows))
+            lane_rows.append(lane)
+            lane_track.append(slot)
+            lane_depth.append(int(lane_d))
+
+    raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
+    lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
+    lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
+    return raw_event, lane_offsets, lane_track, lane_depth
 
 
 def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -212,31 +225,43 @@ def _greedy_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 def _build_levels(
     arrays: dict[str, np.ndarray], raw_start: np.ndarray, raw_end: np.ndarray, raw_name: np.ndarray, duration: int
 ) -> tuple[list[tuple[int, tuple[np.ndarray, np.ndarray]]], list[int]]:
-    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count."""
-    lane_offsets, busy_cum = arrays["lane_offsets"], arrays["busy_cum"]
+    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count.
+
+    Each level merges the items of the one below, so an item's start, end, slice count and busy time are
+    carried from level to level (merged by ``reduceat``) instead of gathered again from the raw slices:
+    ~2x less CPU and memory than re-reading all rows for each level."""
+    lane_offsets = arrays["lane_offsets"]
     total = len(raw_start)
     lane_first = np.zeros(total, dtype=bool)
     lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
+    lanes = int(lane_first.sum())
     # level 0: every raw slice is an item
-    cuts = np.arange(total, dtype=np.int64)
+    cuts = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
     item_name = np.asarray(raw_name, dtype=np.int32)
+    item_start, item_end = raw_start, raw_end
+    item_slices = np.ones(total, dtype=np.int32 if total < 2**31 else np.int64)
+    item_busy = raw_end - raw_start
     kept: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
     thresholds: list[int] = []
     last_kept_size = total
     level, threshold = 0, LEVEL_BASE_NS
-    while len(cuts) > int(lane_first.sum()) and threshold <= max(duration, 1) * LEVEL_FACTOR:
+    while len(cuts) > lanes and threshold <= max(duration, 1) * LEVEL_FACTOR:
         level += 1
-        bounds = np.append(cuts, total)
-        item_start = raw_start[cuts]
-        item_end = raw_end[bounds[1:] - 1]
-        single_wide = (bounds[1:] - bounds[:-1] == 1) & (item_end - item_start >= threshold)
-        breaks = lane_first[cuts] | single_wide
+        single_wide = (item_slices == 1) & (item_end - item_start >= threshold)
+        breaks = lane_first | single_wide
         breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
         breaks[0] = True
-        parent = np.cumsum(breaks) - 1
-        busy = busy_cum[bounds[1:]] - busy_cum[bounds[:-1]]
-        item_name = item_name[_argmax_per_group(busy, parent)]
-        cuts = cuts[breaks]
+        del single_wide
+        if not breaks.all():  # else every item stays as it is
+            firsts = np.flatnonzero(breaks)
+            last = np.empty_like(breaks)
+            last[:-1], last[-1] = breaks[1:], True
+            item_name = item_name[_argmax_per_group(item_busy, firsts)]
+            item_busy = np.add.reduceat(item_busy, firsts)
+            item_slices = np.add.reduceat(item_slices, firsts)
+            item_start, item_end = item_start[breaks], item_end[last]
+            lane_first, cuts = lane_first[breaks], cuts[breaks]
+            del firsts, last
         if len(cuts) <= last_kept_size // 2:
             kept.append((level, (np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))))
             thresholds.append(threshold)
@@ -245,16 +270,13 @@ def _build_levels(
     return kept, thresholds
 
 
-def _argmax_per_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Index of the largest value in each run of equal ``group`` (groups sorted, numbered 0..n-1)."""
+def _argmax_per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Index of the first largest value in each run of ``values`` (runs start at ``firsts``, sorted, the first
+    at 0)."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    group_max = np.maximum.reduceat(values, starts)
-    is_max = values == group_max[group]
-    candidates = np.flatnonzero(is_max)
-    first = np.r_[True, group[candidates][1:] != group[candidates][:-1]]
-    return candidates[first]
+    group_max = np.repeat(np.maximum.reduceat(values, firsts), np.diff(firsts, append=len(values)))
+    return np.minimum.reduceat(np.where(values == group_max, np.arange(len(values)), len(values)), firsts)
 
 
 # ---- tracks and groups ----------------------------------------------------------------------
