@@ -13,6 +13,7 @@ from profscope.analysis.arrays import (
     by_level,
     depths,
     group_ids,
+    is_one_of,
     lookup,
     rows_by_value,
     stable_argsort,
@@ -149,3 +150,17 @@ def test_rows_by_value_lists_each_values_rows() -> None:
         assert sorted(found) == np.unique(values).tolist()
         for value, rows in found.items():
             np.testing.assert_array_equal(rows, np.flatnonzero(values == value))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-128, 127), max_size=60),
+    st.lists(st.integers(-300, 300), max_size=5),
+    st.sampled_from([np.int8, np.int16, np.int64]),
+)
+def test_is_one_of_matches_isin(values: list[int], choices: list[int], dtype: type) -> None:
+    """Any integer type, choices outside its range (never equal), none at all, repeated ones."""
+    column = np.array([v for v in values if np.iinfo(dtype).min <= v <= np.iinfo(dtype).max], dtype=dtype)
+    for given_choices in (choices, tuple(choices), frozenset(choices), choices + choices[:1]):
+        got = is_one_of(column, given_choices)
+        assert got.dtype == bool and np.array_equal(got, np.isin(column, list(given_choices)))

