@@ -92,6 +92,20 @@ def rows_by_value(values: np.ndarray) -> dict[int, np.ndarray]:
     return dict(zip(ordered[np.r_[0, bounds]].tolist(), np.split(order, bounds), strict=True))
 
 
+def first_seen_numbering(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(number, distinct)``: each key numbered 0, 1, ... in the order its value first appears in ``keys``, and
+    the distinct values in that order: what ``[ids.setdefault(key, len(ids)) for key in keys]`` gives, without a
+    Python step per row (call stacks number ~0.5M operator calls)."""
+    keys = np.asarray(keys)
+    unique, inverse = unique_inverse(keys)
+    first = np.full(len(unique), len(keys), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(keys)))
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[by_first] = np.arange(len(unique))
+    return rank[inverse], unique[by_first]
+
+
 def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group rows by the tuple of their values in ``columns``.
 
