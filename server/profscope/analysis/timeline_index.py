@@ -479,17 +479,19 @@ def _queued_launch_series(
         return []
     launch_corr = correlation[launch_rows]
     order = np.argsort(launch_corr, kind="stable")
-    keys, first = np.unique(launch_corr[order], return_index=True)
-    launch_of_device = _match(keys, launch_rows[order][first], correlation[device_rows])
+    sorted_corr = launch_corr[order]
+    first = np.flatnonzero(np.r_[True, sorted_corr[1:] != sorted_corr[:-1]])  # the first launch of each id
+    launch_of_device = _match(sorted_corr[first], launch_rows[order][first], correlation[device_rows])
     matched = launch_of_device >= 0
     device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
     group_of_track = {t["id"]: t["group"] for t in tracks}
     result = []
     for stream in np.unique(track[device_rows]).tolist():
         on = track[device_rows] == stream
-        t = np.concatenate([start[launch_of_device[on]], end[device_rows[on]]])
-        delta = np.concatenate([np.ones(on.sum()), -np.ones(on.sum())])
-        order = np.lexsort((delta, t))  # at equal times, finish before the next launch counts
+        # finishes first, so that at equal times a finish comes before the next launch counts
+        t = np.concatenate([end[device_rows[on]], start[launch_of_device[on]]])
+        delta = np.concatenate([-np.ones(on.sum()), np.ones(on.sum())])
+        order = np.argsort(t, kind="stable")
         t, level = t[order], np.cumsum(delta[order])
         last = np.r_[t[1:] != t[:-1], True]
         name = next((x["name"] for x in tracks if x["id"] == f"t{stream}"), f"stream {stream}")
