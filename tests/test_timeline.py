@@ -320,7 +320,7 @@ def _levels_match(lane_offsets, start, end, name):
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
-    got = _build_levels({"lane_offsets": lane_offsets}, start, end, name, duration)
+    got = _build_levels(lane_offsets, start, end, name, duration)
     want = _reference_levels(lane_offsets, start, end, name, duration)
     assert got[1] == want[1]
     assert [level for level, _ in got[0]] == [level for level, _ in want[0]]
