@@ -104,6 +104,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         row_owner,
     )
     device_op_row = lookup(row_owner, device_node, ROOT)
+    del levels, row_owner, runtime_inside, runtime_node, live_parent, alias  # room for the tree's own arrays
     keep = np.flatnonzero(live)
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
     renumber[keep] = np.arange(len(keep))
@@ -111,16 +112,16 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     def remap(nodes: np.ndarray) -> np.ndarray:
         return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
 
-    return CallTree(
+    return CallTree(  # each per-host-row sum is dropped once its kept rows are copied (pop)
         node_event=host_rows[keep],
         parent=remap(node_parent[keep]),
-        host_total_ns=sums["host_total"][keep],
-        host_self_ns=sums["host_self"][keep],
-        device_self_ns=sums["device_self"][keep],
-        device_total_ns=sums["device_total"][keep],
-        tc_self_ns=sums["tc_self"][keep],
-        tc_total_ns=sums["tc_total"][keep],
-        tc_eligible=sums["tc_eligible"][keep],
+        host_total_ns=sums.pop("host_total")[keep],
+        host_self_ns=sums.pop("host_self")[keep],
+        device_self_ns=sums.pop("device_self")[keep],
+        device_total_ns=sums.pop("device_total")[keep],
+        tc_self_ns=sums.pop("tc_self")[keep],
+        tc_total_ns=sums.pop("tc_total")[keep],
+        tc_eligible=sums.pop("tc_eligible")[keep],
         is_operator=is_operator[keep],
         device_rows=device_rows,
         device_node=remap(device_node),
