@@ -12,7 +12,9 @@ from profscope.analysis import arrays
 from profscope.analysis.arrays import (
     by_level,
     depths,
+    first_seen_numbering,
     group_ids,
+    is_one_of,
     lookup,
     rows_by_value,
     stable_argsort,
@@ -149,3 +151,27 @@ def test_rows_by_value_lists_each_values_rows() -> None:
         assert sorted(found) == np.unique(values).tolist()
         for value, rows in found.items():
             np.testing.assert_array_equal(rows, np.flatnonzero(values == value))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-128, 127), max_size=60),
+    st.lists(st.integers(-300, 300), max_size=5),
+    st.sampled_from([np.int8, np.int16, np.int64]),
+)
+def test_is_one_of_matches_isin(values: list[int], choices: list[int], dtype: type) -> None:
+    """Any integer type, choices outside its range (never equal), none at all, repeated ones."""
+    column = np.array([v for v in values if np.iinfo(dtype).min <= v <= np.iinfo(dtype).max], dtype=dtype)
+    for given_choices in (choices, tuple(choices), frozenset(choices), choices + choices[:1]):
+        got = is_one_of(column, given_choices)
+        assert got.dtype == bool and np.array_equal(got, np.isin(column, list(given_choices)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-5, 5) | st.integers(-(2**62), 2**62), max_size=50))
+def test_first_seen_numbering_matches_a_setdefault_loop(values: list[int]) -> None:
+    """Empty, one key, repeated keys (ties), keys of a small range (counted) and of a huge one (sorted)."""
+    ids: dict[int, int] = {}
+    want = [ids.setdefault(v, len(ids)) for v in values]
+    number, distinct = first_seen_numbering(np.array(values, dtype=np.int64))
+    assert number.tolist() == want and distinct.tolist() == list(ids)

@@ -277,3 +277,85 @@ def test_search_counts_and_orders_matches(indexed):
         first, second = (timeline.search_match(tables, index, rows, i) for i in (0, 1))
         assert first["start_us"] <= second["start_us"]
         assert timeline.search_match(tables, index, rows, len(rows)) == first  # wraps around
+
+
+def _reference_levels(lane_offsets, raw_start, raw_end, raw_name, duration):
+    """The levels as first written: every level gathers its items' bounds and busy time from the raw slices."""
+    total = len(raw_start)
+    busy_cum = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(raw_end - raw_start, out=busy_cum[1:])
+    lane_first = np.zeros(total, dtype=bool)
+    lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
+    cuts, item_name = np.arange(total, dtype=np.int64), np.asarray(raw_name, dtype=np.int32)
+    kept, thresholds, last_kept_size = [], [], total
+    level, threshold = 0, 1_000
+    while len(cuts) > int(lane_first.sum()) and threshold <= max(duration, 1) * 4:
+        level += 1
+        bounds = np.append(cuts, total)
+        item_start, item_end = raw_start[cuts], raw_end[bounds[1:] - 1]
+        single_wide = (bounds[1:] - bounds[:-1] == 1) & (item_end - item_start >= threshold)
+        breaks = lane_first[cuts] | single_wide
+        breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
+        breaks[0] = True
+        parent = np.cumsum(breaks) - 1
+        busy = busy_cum[bounds[1:]] - busy_cum[bounds[:-1]]
+        dominant: list[int] = []  # per merged item, its first sub-item of the most busy time
+        for item, (group, item_busy) in enumerate(zip(parent.tolist(), busy.tolist(), strict=True)):
+            if group == len(dominant):
+                dominant.append(item)
+            elif item_busy > busy[dominant[group]]:
+                dominant[group] = item
+        item_name, cuts = item_name[dominant], cuts[breaks]
+        if len(cuts) <= last_kept_size // 2:
+            kept.append((level, (np.append(cuts, total), item_name.astype(np.int32))))
+            thresholds.append(threshold)
+            last_kept_size = len(cuts)
+        threshold *= 4
+    return kept, thresholds
+
+
+def _levels_match(lane_offsets, start, end, name):
+    from profscope.analysis.timeline_index import _build_levels
+
+    start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
+    duration = int(end.max(initial=0))
+    got = _build_levels(lane_offsets, start, end, name, duration)
+    want = _reference_levels(lane_offsets, start, end, name, duration)
+    assert got[1] == want[1]
+    assert [level for level, _ in got[0]] == [level for level, _ in want[0]]
+    for (_, (cuts, names)), (_, (want_cuts, want_names)) in zip(got[0], want[0], strict=True):
+        assert cuts.dtype == np.int64 and names.dtype == np.int32
+        assert np.array_equal(cuts, want_cuts) and np.array_equal(names, want_names)
+    return got
+
+
+@pytest.mark.parametrize("name", ["tinygpt_cpu", "negative_queue_a100"])
+def test_levels_match_the_reference_on_real_traces(name):
+    """Levels carried from level to level are the levels gathered from the raw slices at each level."""
+    with open(corpus_file(TRACES[name]), "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    index = build_timeline_index(tables)
+    raw_event, busy_cum = index.arrays["raw_event"], index.arrays["busy_cum"]
+    start = np.asarray(tables.events["ts_ns"], dtype=np.int64)[raw_event]
+    end = start + np.diff(busy_cum)
+    name_of = np.asarray(tables.events["name"])[raw_event]
+    levels, _ = _levels_match(index.arrays["lane_offsets"], start, end, name_of)
+    assert levels  # the trace has coarser levels to compare
+
+
+def test_levels_match_the_reference_on_edge_cases():
+    _levels_match([0], [], [], [])
+    _levels_match([0, 1], [5], [10], [3])
+    _levels_match([0, 0, 1, 1], [0], [5_000_000], [2])  # empty lanes around a lone wide slice
+    # ties: equal busy times within a merged item, the first one names it; one slice per lane, zero lengths
+    _levels_match([0, 4, 5, 8], [0, 10, 20, 30, 0, 0, 0, 5], [5, 15, 25, 35, 0, 0, 5, 5], [7, 8, 9, 7, 1, 2, 3, 4])
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        count = int(rng.integers(1, 400))
+        gaps, lengths = rng.integers(0, 3_000, count), rng.integers(0, 2_000, count) * rng.integers(0, 2, count)
+        start = np.cumsum(gaps + np.r_[0, lengths[:-1]])
+        cuts = np.sort(rng.choice(np.arange(1, count), size=min(count - 1, int(rng.integers(0, 5))), replace=False))
+        lane_offsets = np.r_[0, cuts, count]
+        # each lane's slices in time order from 0 (lanes hold disjoint slices, but any order is indexed the same)
+        _levels_match(lane_offsets, start, start + lengths, rng.integers(0, 4, count))

@@ -17,6 +17,16 @@ def lookup(values: np.ndarray, index: np.ndarray, missing: Any) -> np.ndarray:
     return np.where(index >= 0, np.asarray(values)[np.maximum(index, 0)], missing)
 
 
+def is_one_of(values: np.ndarray, choices: Any) -> np.ndarray:
+    """``np.isin(values, choices)`` for a few integer choices (event kinds): one comparison per choice, ~15x
+    faster than ``np.isin`` on millions of rows, and the call tree and the queries ask it ~20 times per trace."""
+    values = np.asarray(values)
+    mask = np.zeros(values.shape, dtype=bool)
+    for choice in choices:
+        mask |= values == int(choice)
+    return mask
+
+
 # A key range up to this many times the row count (or this small) is grouped by counting, O(n + range),
 # instead of sorting, O(n log n); the counting arrays are then at most a few times the size of the keys.
 DENSE_RANGE_PER_ROW = 4
@@ -80,6 +90,20 @@ def rows_by_value(values: np.ndarray) -> dict[int, np.ndarray]:
     ordered = values[order]
     bounds = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
     return dict(zip(ordered[np.r_[0, bounds]].tolist(), np.split(order, bounds), strict=True))
+
+
+def first_seen_numbering(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(number, distinct)``: each key numbered 0, 1, ... in the order its value first appears in ``keys``, and
+    the distinct values in that order: what ``[ids.setdefault(key, len(ids)) for key in keys]`` gives, without a
+    Python step per row (call stacks number ~0.5M operator calls)."""
+    keys = np.asarray(keys)
+    unique, inverse = unique_inverse(keys)
+    first = np.full(len(unique), len(keys), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(keys)))
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[by_first] = np.arange(len(unique))
+    return rank[inverse], unique[by_first]
 
 
 def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import by_level, depths, lexsort_ints, lookup, match_keys, stable_argsort
+from profscope.analysis.arrays import by_level, depths, is_one_of, lexsort_ints, lookup, match_keys, stable_argsort
 from profscope.tables import NO_ID, Kind, TraceTables
 
 try:
@@ -66,9 +66,9 @@ class CallTree:
 def build_call_tree(tables: TraceTables) -> CallTree:
     events = tables.events
     kind = np.asarray(events["kind"])
-    host_rows = np.flatnonzero(np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
+    host_rows = np.flatnonzero(is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
     host_rows = host_rows[stable_argsort(np.asarray(events["track"])[host_rows])]  # by thread, (ts, -dur)
-    runtime_rows = np.flatnonzero(np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)))
+    runtime_rows = np.flatnonzero(is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)))
     parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, events)
     is_cpu_op = kind[host_rows] == Kind.CPU_OP
     alias = _merge_single_same_name_children(parent, is_cpu_op, np.asarray(events["name"])[host_rows])
@@ -104,6 +104,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         row_owner,
     )
     device_op_row = lookup(row_owner, device_node, ROOT)
+    del levels, row_owner, runtime_inside, runtime_node, live_parent, alias  # room for the tree's own arrays
     keep = np.flatnonzero(live)
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
     renumber[keep] = np.arange(len(keep))
@@ -111,16 +112,16 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     def remap(nodes: np.ndarray) -> np.ndarray:
         return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
 
-    return CallTree(
+    return CallTree(  # each per-host-row sum is dropped once its kept rows are copied (pop)
         node_event=host_rows[keep],
         parent=remap(node_parent[keep]),
-        host_total_ns=sums["host_total"][keep],
-        host_self_ns=sums["host_self"][keep],
-        device_self_ns=sums["device_self"][keep],
-        device_total_ns=sums["device_total"][keep],
-        tc_self_ns=sums["tc_self"][keep],
-        tc_total_ns=sums["tc_total"][keep],
-        tc_eligible=sums["tc_eligible"][keep],
+        host_total_ns=sums.pop("host_total")[keep],
+        host_self_ns=sums.pop("host_self")[keep],
+        device_self_ns=sums.pop("device_self")[keep],
+        device_total_ns=sums.pop("device_total")[keep],
+        tc_self_ns=sums.pop("tc_self")[keep],
+        tc_total_ns=sums.pop("tc_total")[keep],
+        tc_eligible=sums.pop("tc_eligible")[keep],
         is_operator=is_operator[keep],
         device_rows=device_rows,
         device_node=remap(device_node),
@@ -183,7 +184,7 @@ def _device_launches(
     order = np.argsort(runtime_correlation, kind="stable")
     sorted_correlation = runtime_correlation[order]
     last_of_value = np.append(sorted_correlation[1:] != sorted_correlation[:-1], True)[: len(sorted_correlation)]
-    device_rows = np.flatnonzero(np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
+    device_rows = np.flatnonzero(is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
     device_correlation = correlation[device_rows]
     position = match_keys(sorted_correlation[last_of_value], order[last_of_value], device_correlation, NO_ID)
     position[device_correlation == NO_ID] = NO_ID

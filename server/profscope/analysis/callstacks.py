@@ -9,11 +9,12 @@ function that encloses it on its thread, followed by that function's ancestors.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import group_ids, lexsort_ints
+from profscope.analysis.arrays import first_seen_numbering, group_ids, lexsort_ints, unique_values
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.operators import op_column
@@ -34,24 +35,33 @@ def parse_frame(text: str) -> dict[str, Any]:
     return {"text": text, "path": match.group("path"), "line": int(match.group("line")), "func": match.group("func")}
 
 
-def node_stacks(tables: TraceTables, tree: CallTree) -> list[str]:
-    """The call stack text of every tree node ('' when the trace recorded none)."""
-    events = tree.node_event
-    from_args = op_column(tables, "call_stack", events)
-    stacks = [tables.strings[int(s)] if s >= 0 else "" for s in from_args.tolist()]
-    if tables.row_count("python") == 0:
-        return stacks
-    enclosing = _enclosing_python(tables, events)
-    python_stack_of: dict[int, str] = {}
-    for i, python_row in enumerate(enclosing.tolist()):
-        if stacks[i] or python_row < 0:
-            continue
-        text = python_stack_of.get(python_row)
-        if text is None:
-            text = _python_stack(tables, python_row)
-            python_stack_of[python_row] = text
-        stacks[i] = text
-    return stacks
+@dataclass
+class NodeStacks:
+    """The call stack of every tree node as an index into ``texts``, its distinct texts; ``texts[0]`` is ''
+    (no stack recorded)."""
+
+    index: np.ndarray
+    texts: list[str]
+
+
+def node_stacks(tables: TraceTables, tree: CallTree) -> NodeStacks:
+    """The call stack of every tree node: from its ``Call stack`` arg, else from the Python functions around it.
+    Each distinct string or Python frame is turned into text once, not once per node."""
+    from_args = op_column(tables, "call_stack", tree.node_event).astype(np.int64)
+    texts: dict[str, int] = {"": 0}
+    index = np.zeros(len(from_args), dtype=np.int64)
+    has_arg = from_args >= 0
+    string_ids = unique_values(from_args[has_arg])
+    string_text = np.array([texts.setdefault(tables.strings[s], len(texts)) for s in string_ids.tolist()], np.int64)
+    index[has_arg] = string_text[np.searchsorted(string_ids, from_args[has_arg])]
+    if tables.row_count("python"):
+        enclosing = _enclosing_python(tables, tree.node_event)
+        from_python = (index == 0) & (enclosing >= 0)
+        python_rows = unique_values(enclosing[from_python])
+        python_text = [texts.setdefault(_python_stack(tables, row), len(texts)) for row in python_rows.tolist()]
+        position = np.searchsorted(python_rows, enclosing[from_python])
+        index[from_python] = np.asarray(python_text, dtype=np.int64)[position]
+    return NodeStacks(index, list(texts))
 
 
 def _enclosing_python(tables: TraceTables, op_events: np.ndarray) -> np.ndarray:
@@ -103,17 +113,15 @@ def _python_stack(tables: TraceTables, python_index: int) -> str:
 
 
 def stacks_by_operator(
-    tables: TraceTables, tree: CallTree, group_by: str, stacks: list[str] | None = None
+    tables: TraceTables, tree: CallTree, group_by: str, stacks: NodeStacks | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """``name`` (or ``name\\u0000shape``) -> the operator's distinct call stacks with their times."""
     stacks = node_stacks(tables, tree) if stacks is None else stacks
     nodes = np.flatnonzero(tree.is_operator)
-    stack_ids: dict[str, int] = {"": -1}
-    node_stack = np.array([stack_ids.setdefault(stacks[n], len(stack_ids) - 1) for n in nodes.tolist()], dtype=np.int64)
-    with_stack = node_stack >= 0
-    nodes, node_stack = nodes[with_stack], node_stack[with_stack]
+    nodes = nodes[stacks.index[nodes] != 0]
     if len(nodes) == 0:
         return {}
+    node_stack, distinct = first_seen_numbering(stacks.index[nodes])  # numbered as the stacks are first seen
     names = np.asarray(tables.events["name"])[tree.node_event[nodes]].astype(np.int64)
     shapes = (
         op_column(tables, "input_dims", tree.node_event[nodes]).astype(np.int64)
@@ -133,7 +141,7 @@ def stacks_by_operator(
         "device_self_us": total(tree.device_self_ns),
         "device_total_us": total(tree.device_total_ns),
     }
-    stack_text = {i: text for text, i in stack_ids.items()}
+    stack_text = [stacks.texts[i] for i in distinct.tolist()]
     result: dict[str, list[dict[str, Any]]] = {}
     for index, (name_id, shape_id, stack_id) in enumerate(keys.tolist()):
         name = tables.strings[name_id]
@@ -155,7 +163,7 @@ def top_stacks(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda r: (-r["device_self_us"], -r["host_self_us"]))[:MAX_STACKS_PER_OPERATOR]
 
 
-def memo_node_stacks(context: TraceContext) -> list[str]:
+def memo_node_stacks(context: TraceContext) -> NodeStacks:
     """``node_stacks`` of a trace, computed once for every query that needs them."""
     return context.memo("node_stacks", lambda: node_stacks(context.tables, context.tree))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import depths, group_ids, lookup
+from profscope.analysis.arrays import depths, first_seen_numbering, group_ids, lookup
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import memo_node_stacks, stack_entry, top_stacks
 from profscope.analysis.context import TraceContext
@@ -78,10 +78,9 @@ def stacks_by_module(context: TraceContext) -> dict[str, Any]:
     if modules is None:
         return {"applies": False, "reason": HOW_TO_RECORD, "modules": [], "stacks": [], "rows": {}}
     owner = _owners(context, modules)
-    texts = memo_node_stacks(context)
+    stacks = memo_node_stacks(context)
     nodes = np.flatnonzero(tree.is_operator & (owner >= 0))
-    stack_ids: dict[str, int] = {}
-    stack = np.asarray([stack_ids.setdefault(texts[n], len(stack_ids)) for n in nodes.tolist()], dtype=np.int64)
+    stack, distinct = first_seen_numbering(stacks.index[nodes])  # numbered as the stacks are first seen
     events = tree.node_event[nodes]
     name = np.asarray(tables.events["name"])[events]
     shape = op_column(tables, "input_dims", events)
@@ -91,7 +90,7 @@ def stacks_by_module(context: TraceContext) -> dict[str, Any]:
         "applies": True,
         "reason": None,
         "modules": [{"id": index, "parent": int(modules.parent[index])} for index in range(modules.count)],
-        "stacks": list(stack_ids),
+        "stacks": [stacks.texts[i] for i in distinct.tolist()],
         "rows": {
             "module": owner[nodes][first].tolist(),
             "name": [tables.strings[int(n)] for n in name[first]],

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import name_rules
-from profscope.analysis.arrays import depths, lookup, match_keys
+from profscope.analysis.arrays import depths, is_one_of, lookup, match_keys
 from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.callstacks import FRAME, parse_frame
@@ -95,7 +95,7 @@ def _python_parents(python: dict[str, np.ndarray]) -> np.ndarray:
 def _lightning_occurrences(tables: TraceTables) -> Occurrences | None:
     events = tables.events
     kind = np.asarray(events["kind"])
-    host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+    host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     rows = np.flatnonzero(host & _string_prefix_mask(tables, LIGHTNING_PREFIX)[np.asarray(events["name"])])
     if not len(rows):
         return None

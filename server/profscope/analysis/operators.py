@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from profscope.analysis.arrays import group_ids
+from profscope.analysis.arrays import group_ids, is_one_of
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
@@ -124,7 +124,7 @@ def time_accounting(tables: TraceTables, tree: CallTree) -> dict[str, float]:
         "host_runtime_in_operators_us": (in_operators_ns - host_self_ns) / NS_PER_US,
         "device_self_us": int(tree.device_self_ns[rows].sum()) / NS_PER_US,
         "device_unattributed_us": int(device_ns[unattributed].sum()) / NS_PER_US,
-        "device_total_us": int(device_ns[np.isin(kinds, DEVICE_KINDS)].sum()) / NS_PER_US,
+        "device_total_us": int(device_ns[is_one_of(kinds, DEVICE_KINDS)].sum()) / NS_PER_US,
     }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
+from profscope.analysis.arrays import is_one_of
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.device_activity import (
@@ -44,14 +45,14 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
     dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
     step_name = name_rules.string_mask(strings, name_rules.is_step_range)
-    host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+    host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
     masks = {
         "kernel": kernel & ~comm_kernel,
         "memcpy": kind == Kind.MEMCPY,
         "memset": kind == Kind.MEMSET,
         "communication": (kernel & comm_kernel) | (host & comm_op_name[name]),
-        "runtime": np.isin(kind, (Kind.RUNTIME, Kind.DRIVER)),
+        "runtime": is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)),
         "dataloader": host & dataloader_name[name],
         "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
@@ -143,7 +144,7 @@ def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[
 
 def environment(tables: TraceTables) -> dict[str, Any]:
     kind = np.asarray(tables.events["kind"])
-    on_device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME)).any()
+    on_device = is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME)).any()
     return {
         "device_type": "GPU" if on_device else "CPU",
         "distributed": tables.meta.get("distributedInfo"),

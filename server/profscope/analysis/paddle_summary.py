@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from profscope.analysis.arrays import is_one_of
 from profscope.analysis.context import TraceContext
 from profscope.analysis.payloads import payload
 from profscope.tables import NO_ID, Kind, TraceTables
@@ -149,11 +150,11 @@ def build_trees(tables: TraceTables) -> list[_Node]:
         if correlation[row] != NO_ID:
             runtimes[correlation[row]] = runtime
         by_thread[threads[track[row]]].append((ts[row], -(end[row] - ts[row]), 1, runtime))
-    for row in np.flatnonzero(np.isin(kind, _DEVICE_KINDS)).tolist():
+    for row in np.flatnonzero(is_one_of(kind, _DEVICE_KINDS)).tolist():
         launch = runtimes.get(correlation[row])
         if launch is not None:
             launch.devices.append(_Device(names[row], cats[row], ts[row], end[row]))
-    host = np.flatnonzero(~np.isin(kind, (*_DEVICE_KINDS, Kind.RUNTIME, Kind.OTHER)))
+    host = np.flatnonzero(~is_one_of(kind, (*_DEVICE_KINDS, Kind.RUNTIME, Kind.OTHER)))
     for row in host.tolist():
         thread = threads[track[row]]
         node = _Node(names[row], cats[row], thread, ts[row], end[row])

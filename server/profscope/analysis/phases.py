@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
-from profscope.analysis.arrays import stable_argsort
+from profscope.analysis.arrays import is_one_of, stable_argsort
 from profscope.analysis.autograd_links import fwdbwd_links
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.steps import Steps
@@ -49,7 +49,7 @@ def phase_rows(tables: TraceTables, phases: tuple[str, ...] = PHASES) -> dict[st
     events = tables.events
     kind = np.asarray(events["kind"])
     names = np.asarray(events["name"])
-    timed = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY, Kind.PYTHON_FUNCTION))
+    timed = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY, Kind.PYTHON_FUNCTION))
     result = {}
     for phase in phases:
         mask = name_rules.string_mask(tables.strings, lambda s, phase=phase: _phase_of_name(s) == phase)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
-from profscope.analysis.arrays import match_keys
+from profscope.analysis.arrays import is_one_of, match_keys
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.device_activity import (
@@ -107,7 +107,7 @@ def _host(tables: TraceTables) -> dict[str, Any]:
     other = tables.meta.get("other") or {}
     hostname = next((other[k] for k in ("host_name", "hostname", "hostName") if isinstance(other.get(k), str)), None)
     kind = np.asarray(tables.events["kind"])
-    host_rows = np.isin(kind, HOST_OP_KINDS)
+    host_rows = is_one_of(kind, HOST_OP_KINDS)
     pid = None
     if host_rows.any():
         counts = np.bincount(np.asarray(tables.events["track"])[host_rows], minlength=len(tables.tracks))
@@ -190,7 +190,7 @@ def _collective_calls(
     name = np.asarray(events["name"])
     ts = np.asarray(events["ts_ns"])
     dur = np.asarray(events["dur_ns"])
-    host = np.isin(kind, HOST_OP_KINDS)
+    host = is_one_of(kind, HOST_OP_KINDS)
     backend_name = name_rules.string_mask(strings, name_rules.is_backend_comm_op)
     if has_kernels:
         gloo_name = name_rules.string_mask(strings, lambda s: s.startswith("gloo:"))
@@ -497,14 +497,14 @@ def _host_computation(tables: TraceTables) -> intervals.IntervalSet:
     kind, name, track = (np.asarray(events[c]) for c in ("kind", "name", "track"))
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
-    collective = np.isin(kind, HOST_OP_KINDS) & (
+    collective = is_one_of(kind, HOST_OP_KINDS) & (
         name_rules.string_mask(tables.strings, name_rules.is_comm_op)[name] | _paddle_collectives(tables)
     )
     not_compute = name_rules.string_mask(
         tables.strings, lambda s: name_rules.is_dataloader(s) or name_rules.is_step_range(s)
     )
     # operators only: a user_annotation (a whole train step in record_function) is no computation
-    compute = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]
+    compute = is_one_of(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY)) & ~collective & ~not_compute[name]
     pieces = []
     for thread in np.unique(track[compute]).tolist():
         on_thread = track == thread
@@ -531,10 +531,10 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     on_stream = _on_stream(tables)
-    any_device = np.isin(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    any_device = is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
     device = any_device & on_stream
     dma = name_rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
-    is_mem = device & (np.isin(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
+    is_mem = device & (is_one_of(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
     is_comm = device & comm_device & ~is_mem
     is_comp = device & ~is_mem & ~is_comm
     comp = intervals.merge(ts[is_comp], end[is_comp])
@@ -592,7 +592,7 @@ def _kept_by_hta_filter(tables: TraceTables, tree: CallTree) -> np.ndarray:
     keep = np.ones(tables.row_count("events"), dtype=bool)
     ts = np.asarray(events["ts_ns"])
     step_name = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)[np.asarray(events["name"])]
-    host_steps = step_name & np.isin(np.asarray(events["kind"]), HOST_OP_KINDS)
+    host_steps = step_name & is_one_of(np.asarray(events["kind"]), HOST_OP_KINDS)
     if len(np.unique(np.asarray(events["name"])[host_steps])) < 2:
         return keep
     last_step_start = int(ts[host_steps].max())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profscope.analysis import name_rules
+from profscope.analysis.arrays import is_one_of
 from profscope.analysis.call_tree import CallTree
 from profscope.tables import Kind, TraceTables
 
@@ -43,7 +44,7 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     name = np.asarray(events["name"])
-    host = np.isin(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+    host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     notes: list[str] = []
     if step_range is not None:
         return _steps_of_named_ranges(tables, tree, step_range, host)
@@ -65,7 +66,7 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
         host_starts, host_ends = ts[rows], end[rows]
         from_steps = True
     else:
-        host_kinds = np.isin(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY))
+        host_kinds = is_one_of(kind, (Kind.CPU_OP, Kind.PYTHON_LEGACY))
         if not host_kinds.any():
             host_kinds = np.ones(len(kind), dtype=bool)
         if not host_kinds.any():

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals
-from profscope.analysis.arrays import rows_by_value, stable_argsort, unique_values
+from profscope.analysis.arrays import is_one_of, rows_by_value, stable_argsort, unique_values
 from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
@@ -101,7 +101,58 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     groups, tracks = _layout(tables, track, kind, depth, len(step_rows) > 0)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
 
-    # Lanes in display order: (track slot, depth). Raw slice positions follow lane order.
+    raw_event, lane_offsets, lane_track, lane_depth = _lanes(tracks, track_rows, depth, step_rows, step_depth)
+    del track_rows  # the levels' temporaries need the room
+    raw_start, raw_end = start[raw_event], end[raw_event]
+    stride = int(end.max(initial=0)) + 2
+    if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
+        raise ValueError("trace too long to index for the timeline")
+    arrays: dict[str, np.ndarray] = {
+        "lane_offsets": lane_offsets,
+        "lane_track": np.asarray(lane_track, dtype=np.int32),
+        "lane_depth": np.asarray(lane_depth, dtype=np.int32),
+        "raw_event": raw_event,
+        "event_depth": depth,
+    }
+    series = _counter_series(tables, tracks, groups, kind, start, end)
+    arrays.update(series.pop("arrays"))
+    duration_ns = int(end.max(initial=0))
+    del start, end  # the levels' temporaries need the room
+    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, names[raw_event], duration_ns)
+    # the arrays of the raw slices last: the levels' temporaries are gone by now
+    arrays["busy_cum"] = np.zeros(len(raw_event) + 1, dtype=np.int64)
+    np.cumsum(raw_end - raw_start, out=arrays["busy_cum"][1:])
+    lane_base = np.repeat(np.arange(len(lane_track), dtype=np.int64) * stride, np.diff(lane_offsets))
+    raw_start += lane_base  # raw_start and raw_end are copies: turned into the keys in place
+    raw_end += lane_base
+    arrays["raw_start_key"], arrays["raw_end_key"] = raw_start, raw_end
+    del lane_base
+    info = {
+        "version": INDEX_VERSION,
+        "stride": stride,
+        "duration_ns": duration_ns,
+        "levels": [level for level, _ in levels],
+        "thresholds_ns": thresholds,
+        "groups": groups,
+        "tracks": tracks,
+        "arrays": [],
+    }
+    for level, (cuts, dominant) in levels:
+        arrays[f"level{level}_cuts"] = cuts
+        arrays[f"level{level}_name"] = dominant
+    info["arrays"] = sorted(arrays)
+    return TimelineIndex(arrays=arrays, info=info)
+
+
+def _lanes(
+    tracks: list[dict[str, Any]],
+    track_rows: dict[int, np.ndarray],
+    depth: np.ndarray,
+    step_rows: np.ndarray,
+    step_depth: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
+    """Lanes in display order, (track slot, depth), and the raw slice rows in lane order: ``(raw_event,
+    lane_offsets, lane_track, lane_depth)``. Lists each slice track's lanes, depth and event count in ``tracks``."""
     lane_rows: list[np.ndarray] = []
     lane_track: list[int] = []
     lane_depth: list[int] = []
@@ -130,45 +181,7 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
     lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
     lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
-    raw_start, raw_end = start[raw_event], end[raw_event]
-    stride = int(end.max(initial=0)) + 2
-    if len(lane_rows) and stride * (len(lane_rows) + 1) >= 2**62:
-        raise ValueError("trace too long to index for the timeline")
-    lane_base = np.repeat(np.arange(len(lane_rows), dtype=np.int64) * stride, np.diff(lane_offsets))
-    busy_cum = np.zeros(len(raw_event) + 1, dtype=np.int64)
-    np.cumsum(raw_end - raw_start, out=busy_cum[1:])
-
-    arrays: dict[str, np.ndarray] = {
-        "lane_offsets": lane_offsets,
-        "lane_track": np.asarray(lane_track, dtype=np.int32),
-        "lane_depth": np.asarray(lane_depth, dtype=np.int32),
-        "raw_event": raw_event,
-        "raw_start_key": lane_base + raw_start,
-        "raw_end_key": lane_base + raw_end,
-        "busy_cum": busy_cum,
-        "event_depth": depth,
-    }
-    del lane_base
-    series = _counter_series(tables, tracks, groups, kind, start, end)
-    arrays.update(series.pop("arrays"))
-    duration_ns = int(end.max(initial=0))
-    del start, end  # the levels' temporaries need the room
-    levels, thresholds = _build_levels(arrays, raw_start, raw_end, names[raw_event], duration_ns)
-    info = {
-        "version": INDEX_VERSION,
-        "stride": stride,
-        "duration_ns": duration_ns,
-        "levels": [level for level, _ in levels],
-        "thresholds_ns": thresholds,
-        "groups": groups,
-        "tracks": tracks,
-        "arrays": [],
-    }
-    for level, (cuts, dominant) in levels:
-        arrays[f"level{level}_cuts"] = cuts
-        arrays[f"level{level}_name"] = dominant
-    info["arrays"] = sorted(arrays)
-    return TimelineIndex(arrays=arrays, info=info)
+    return raw_event, lane_offsets, lane_track, lane_depth
 
 
 def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -210,33 +223,44 @@ def _greedy_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _build_levels(
-    arrays: dict[str, np.ndarray], raw_start: np.ndarray, raw_end: np.ndarray, raw_name: np.ndarray, duration: int
+    lane_offsets: np.ndarray, raw_start: np.ndarray, raw_end: np.ndarray, raw_name: np.ndarray, duration: int
 ) -> tuple[list[tuple[int, tuple[np.ndarray, np.ndarray]]], list[int]]:
-    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count."""
-    lane_offsets, busy_cum = arrays["lane_offsets"], arrays["busy_cum"]
+    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count.
+
+    Each level merges the items of the one below, so an item's start, end, slice count and busy time are
+    carried from level to level instead of gathered again from the raw slices:
+    ~2x less CPU and memory than re-reading all rows for each level."""
     total = len(raw_start)
     lane_first = np.zeros(total, dtype=bool)
     lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
+    lanes = int(lane_first.sum())
     # level 0: every raw slice is an item
-    cuts = np.arange(total, dtype=np.int64)
+    cuts = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
     item_name = np.asarray(raw_name, dtype=np.int32)
+    item_start, item_end = raw_start, raw_end
+    item_slices = np.ones(total, dtype=np.int32 if total < 2**31 else np.int64)
+    item_busy = raw_end - raw_start
     kept: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
     thresholds: list[int] = []
     last_kept_size = total
     level, threshold = 0, LEVEL_BASE_NS
-    while len(cuts) > int(lane_first.sum()) and threshold <= max(duration, 1) * LEVEL_FACTOR:
+    while len(cuts) > lanes and threshold <= max(duration, 1) * LEVEL_FACTOR:
         level += 1
-        bounds = np.append(cuts, total)
-        item_start = raw_start[cuts]
-        item_end = raw_end[bounds[1:] - 1]
-        single_wide = (bounds[1:] - bounds[:-1] == 1) & (item_end - item_start >= threshold)
-        breaks = lane_first[cuts] | single_wide
+        single_wide = (item_slices == 1) & (item_end - item_start >= threshold)
+        breaks = lane_first | single_wide
         breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
         breaks[0] = True
-        parent = np.cumsum(breaks) - 1
-        busy = busy_cum[bounds[1:]] - busy_cum[bounds[:-1]]
-        item_name = item_name[_argmax_per_group(busy, parent)]
-        cuts = cuts[breaks]
+        del single_wide
+        if not breaks.all():  # else every item stays as it is
+            firsts = np.flatnonzero(breaks)
+            last = np.empty_like(breaks)
+            last[:-1], last[-1] = breaks[1:], True
+            item_name = item_name[_argmax_per_group(item_busy, firsts)]
+            item_busy = _sum_per_group(item_busy, firsts)
+            item_slices = _sum_per_group(item_slices, firsts)
+            item_start, item_end = item_start[breaks], item_end[last]
+            lane_first, cuts = lane_first[breaks], cuts[breaks]
+            del firsts, last
         if len(cuts) <= last_kept_size // 2:
             kept.append((level, (np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))))
             thresholds.append(threshold)
@@ -245,16 +269,32 @@ def _build_levels(
     return kept, thresholds
 
 
-def _argmax_per_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Index of the largest value in each run of equal ``group`` (groups sorted, numbered 0..n-1)."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-    group_max = np.maximum.reduceat(values, starts)
-    is_max = values == group_max[group]
-    candidates = np.flatnonzero(is_max)
-    first = np.r_[True, group[candidates][1:] != group[candidates][:-1]]
-    return candidates[first]
+def _argmax_per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Index of the first largest value in each run of ``values`` (runs start at ``firsts``, sorted, the first
+    at 0). A run of one is its own answer: only the longer runs are reduced (``reduceat`` pays per run, and most
+    runs of the finest levels are single slices)."""
+    count = len(values)
+    sizes = np.diff(firsts, append=count)
+    result = np.asarray(firsts, dtype=np.int64).copy()
+    longer = sizes > 1
+    if not longer.any():
+        return result
+    items = np.flatnonzero(np.repeat(longer, sizes))  # the items of the longer runs, run after run
+    run_sizes = sizes[longer]
+    run_firsts = np.cumsum(run_sizes) - run_sizes
+    run_values = values[items]
+    run_max = np.repeat(np.maximum.reduceat(run_values, run_firsts), run_sizes)
+    is_max = np.where(run_values == run_max, np.arange(len(items)), len(items))
+    result[longer] = items[np.minimum.reduceat(is_max, run_firsts)]
+    return result
+
+
+def _sum_per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """``np.add.reduceat(values, firsts)`` for integers, from one cumulative sum (no per-run cost)."""
+    total = np.cumsum(values)
+    out = total[np.append(firsts[1:], len(values)) - 1]
+    out[1:] -= out[:-1].copy()
+    return out.astype(values.dtype, copy=False)
 
 
 # ---- tracks and groups ----------------------------------------------------------------------
@@ -262,7 +302,7 @@ def _profiler_step_rows(tables: TraceTables, kind: np.ndarray) -> np.ndarray:
     step_names = [i for i, s in enumerate(tables.strings.strings) if is_profiler_step(s)]
     if not step_names:
         return np.zeros(0, dtype=np.int64)
-    host = np.isin(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
+    host = is_one_of(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
     return np.flatnonzero(host & np.isin(np.asarray(tables.events["name"]), step_names))
 
 
@@ -432,23 +472,25 @@ def _queued_launch_series(
     events = tables.events
     correlation = np.asarray(events["correlation"])
     track = np.asarray(events["track"])
-    device_rows = np.flatnonzero(np.isin(kind, list(DEVICE_KINDS)) & (correlation != NO_ID))
-    launch_rows = np.flatnonzero(np.isin(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
+    device_rows = np.flatnonzero(is_one_of(kind, list(DEVICE_KINDS)) & (correlation != NO_ID))
+    launch_rows = np.flatnonzero(is_one_of(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
     if not len(device_rows) or not len(launch_rows):
         return []
     launch_corr = correlation[launch_rows]
     order = np.argsort(launch_corr, kind="stable")
-    keys, first = np.unique(launch_corr[order], return_index=True)
-    launch_of_device = _match(keys, launch_rows[order][first], correlation[device_rows])
+    sorted_corr = launch_corr[order]
+    first = np.flatnonzero(np.r_[True, sorted_corr[1:] != sorted_corr[:-1]])  # the first launch of each id
+    launch_of_device = _match(sorted_corr[first], launch_rows[order][first], correlation[device_rows])
     matched = launch_of_device >= 0
     device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
     group_of_track = {t["id"]: t["group"] for t in tracks}
     result = []
     for stream in np.unique(track[device_rows]).tolist():
         on = track[device_rows] == stream
-        t = np.concatenate([start[launch_of_device[on]], end[device_rows[on]]])
-        delta = np.concatenate([np.ones(on.sum()), -np.ones(on.sum())])
-        order = np.lexsort((delta, t))  # at equal times, finish before the next launch counts
+        # finishes first, so that at equal times a finish comes before the next launch counts
+        t = np.concatenate([end[device_rows[on]], start[launch_of_device[on]]])
+        delta = np.concatenate([-np.ones(on.sum()), np.ones(on.sum())])
+        order = np.argsort(t, kind="stable")
         t, level = t[order], np.cumsum(delta[order])
         last = np.r_[t[1:] != t[:-1], True]
         name = next((x["name"] for x in tracks if x["id"] == f"t{stream}"), f"stream {stream}")
