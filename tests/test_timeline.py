@@ -14,7 +14,7 @@ import pytest
 
 from conftest import corpus_file
 from profscope.analysis import timeline
-from profscope.analysis.timeline_index import build_timeline_index, lane_depths
+from profscope.analysis.timeline_index import build_timeline_index, lane_depths, write_timeline_index
 from profscope.ingest.kineto import parse_trace
 from profscope.tables import Kind
 
@@ -359,3 +359,17 @@ def test_levels_match_the_reference_on_edge_cases():
         lane_offsets = np.r_[0, cuts, count]
         # each lane's slices in time order from 0 (lanes hold disjoint slices, but any order is indexed the same)
         _levels_match(lane_offsets, start, start + lengths, rng.integers(0, 4, count))
+
+
+def test_an_index_written_as_it_is_built_is_the_index_saved_at_the_end(indexed, tmp_path):
+    """The ingest writes each array as soon as it is final (``write_timeline_index``, for its peak memory):
+    the same files, byte for byte, as building the whole index and saving it."""
+    tables, index = indexed
+    index.save(tmp_path / "saved")
+    written = write_timeline_index(tables, tmp_path / "written")
+    saved_files = sorted(p.name for p in (tmp_path / "saved").iterdir())
+    assert saved_files == sorted(p.name for p in (tmp_path / "written").iterdir())
+    assert len(saved_files) == len(index.arrays) + 1  # and info.json
+    for name in saved_files:
+        assert (tmp_path / "saved" / name).read_bytes() == (tmp_path / "written" / name).read_bytes(), name
+    assert written.info == index.info and not list(tmp_path.glob("*.tmp*"))  # no staging folder left

@@ -52,15 +52,10 @@ class TimelineIndex:
     info: dict[str, Any]
 
     def save(self, directory: Path) -> None:
-        directory = Path(directory)
-        staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        staging = _staging(Path(directory))
         for name, values in self.arrays.items():
             np.save(staging / f"{name}.npy", np.ascontiguousarray(values))
-        (staging / "info.json").write_text(json.dumps(self.info))
-        shutil.rmtree(directory, ignore_errors=True)
-        os.replace(staging, directory)
+        _publish(staging, self.info, Path(directory))
 
     @classmethod
     def load(cls, directory: Path) -> TimelineIndex:
@@ -83,8 +78,44 @@ class TimelineIndex:
         return best
 
 
+def _staging(directory: Path) -> Path:
+    staging = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    return staging
+
+
+def _publish(staging: Path, info: dict[str, Any], directory: Path) -> None:
+    """The index written in ``staging`` replaces ``directory`` whole: a reader never sees half of one."""
+    (staging / "info.json").write_text(json.dumps(info))
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(staging, directory)
+
+
+def write_timeline_index(tables: TraceTables, directory: Path) -> TimelineIndex:
+    """Build the index into ``directory``, each array written as soon as it is final and from then on only
+    memory-mapped: the build's peak memory is its temporaries, not those plus the arrays already finished
+    (the same files as ``build_timeline_index(tables).save(directory)``)."""
+    directory = Path(directory)
+    staging = _staging(directory)
+    index = build_timeline_index(tables, spill_to=staging)
+    _publish(staging, index.info, directory)
+    return TimelineIndex.load(directory)
+
+
 # ---- building -------------------------------------------------------------------------------
-def build_timeline_index(tables: TraceTables) -> TimelineIndex:
+def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> TimelineIndex:
+    """``spill_to``: a folder where each finished array is written (and then memory-mapped) at once."""
+    arrays: dict[str, np.ndarray] = {}
+
+    def finished(name: str, values: np.ndarray) -> None:
+        if spill_to is None:
+            arrays[name] = values
+            return
+        path = spill_to / f"{name}.npy"
+        np.save(path, np.ascontiguousarray(values))
+        arrays[name] = map_npy(path)
+
     events = tables.events
     start = np.asarray(events["ts_ns"], dtype=np.int64)
     end = start + np.maximum(np.asarray(events["dur_ns"], dtype=np.int64), 0)
@@ -107,40 +138,46 @@ def build_timeline_index(tables: TraceTables) -> TimelineIndex:
     stride = int(end.max(initial=0)) + 2
     if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
         raise ValueError("trace too long to index for the timeline")
-    arrays: dict[str, np.ndarray] = {
-        "lane_offsets": lane_offsets,
-        "lane_track": np.asarray(lane_track, dtype=np.int32),
-        "lane_depth": np.asarray(lane_depth, dtype=np.int32),
-        "raw_event": raw_event,
-        "event_depth": depth,
-    }
-    series = _counter_series(tables, tracks, groups, kind, start, end)
-    arrays.update(series.pop("arrays"))
+    finished("lane_offsets", lane_offsets)
+    finished("lane_track", np.asarray(lane_track, dtype=np.int32))
+    finished("lane_depth", np.asarray(lane_depth, dtype=np.int32))
+    finished("event_depth", depth)
+    del depth
+    for name, values in _counter_series(tables, tracks, groups, kind, start, end).pop("arrays").items():
+        finished(name, values)
     duration_ns = int(end.max(initial=0))
     del start, end  # the levels' temporaries need the room
-    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, names[raw_event], duration_ns)
+    raw_name = names[raw_event]
+    finished("raw_event", raw_event)
+    del raw_event
+    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, duration_ns)
+    del raw_name
+    kept_levels = [level for level, _ in levels]
+    for level, (cuts, dominant) in levels:
+        finished(f"level{level}_cuts", cuts)
+        finished(f"level{level}_name", dominant)
+    del levels[:]
     # the arrays of the raw slices last: the levels' temporaries are gone by now
-    arrays["busy_cum"] = np.zeros(len(raw_event) + 1, dtype=np.int64)
-    np.cumsum(raw_end - raw_start, out=arrays["busy_cum"][1:])
+    busy_cum = np.zeros(len(raw_start) + 1, dtype=np.int64)
+    np.cumsum(raw_end - raw_start, out=busy_cum[1:])
+    finished("busy_cum", busy_cum)
+    del busy_cum
     lane_base = np.repeat(np.arange(len(lane_track), dtype=np.int64) * stride, np.diff(lane_offsets))
     raw_start += lane_base  # raw_start and raw_end are copies: turned into the keys in place
     raw_end += lane_base
-    arrays["raw_start_key"], arrays["raw_end_key"] = raw_start, raw_end
     del lane_base
+    finished("raw_start_key", raw_start)
+    finished("raw_end_key", raw_end)
     info = {
         "version": INDEX_VERSION,
         "stride": stride,
         "duration_ns": duration_ns,
-        "levels": [level for level, _ in levels],
+        "levels": kept_levels,
         "thresholds_ns": thresholds,
         "groups": groups,
         "tracks": tracks,
-        "arrays": [],
+        "arrays": sorted(arrays),
     }
-    for level, (cuts, dominant) in levels:
-        arrays[f"level{level}_cuts"] = cuts
-        arrays[f"level{level}_name"] = dominant
-    info["arrays"] = sorted(arrays)
     return TimelineIndex(arrays=arrays, info=info)
 
 

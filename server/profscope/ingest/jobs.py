@@ -43,7 +43,7 @@ from profscope.analysis.payloads import declared_queries
 from profscope.cache import TraceCache, is_cache_write_failure
 from profscope.catalog import NSYS, TRACE, TraceFile
 from profscope.ingest.json_stream import TraceFormatError
-from profscope.ingest.malloc_tuning import map_large_arrays_directly, release_freed_memory
+from profscope.ingest.malloc_tuning import map_large_arrays_directly, objects_frozen_for_fork, release_freed_memory
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.parallel_decode import SpeculationFailed
@@ -311,7 +311,8 @@ def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
         )
         # forked: every worker starts now, before the pool's own thread; spawned: one, the others when a
         # second parse is queued
-        pool.submit(_warm_up)
+        with objects_frozen_for_fork():
+            pool.submit(os.getpid if fork else _warm_up)  # a forked worker has everything imported already
     _prestarted = (pool, queue, max(1, workers), memory_bytes)
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profscope.ingest.json_stream import TraceFormatError, valid_utf8
+from profscope.ingest.malloc_tuning import objects_frozen_for_fork
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
 # This process also inflates, cuts and sends every piece, merges and sorts at the end: it decodes
@@ -319,7 +320,8 @@ class PieceRouter:
             daemon=True,
         )
         try:
-            process.start()
+            with objects_frozen_for_fork():
+                process.start()
         except (OSError, AssertionError):  # no process can be started here: carry on with one core
             self.enabled = False
             if ring is not None:

@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
+from profscope.ingest.malloc_tuning import objects_frozen_for_fork
 from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
@@ -96,11 +97,10 @@ class ViewJobs:
 
     def _timeline(self) -> str | None:
         """The Trace view's index (arrays read memory-mapped) and its listing, as the "timeline" view."""
-        from profscope.analysis.timeline_index import build_timeline_index
+        from profscope.analysis.timeline_index import write_timeline_index
 
         try:
-            index = build_timeline_index(self.tables)
-            index.save(self.cache.timeline_dir(self.request.cache_key))
+            index = write_timeline_index(self.tables, self.cache.timeline_dir(self.request.cache_key))
             self.cache.write_view(self.request.cache_key, TIMELINE, {"version": index.info["version"]})
             return None
         except Exception as exc:  # the other views stay usable
@@ -137,7 +137,8 @@ class ForkedHelper:
         self._process = context.Process(
             target=_helper_main, args=(theirs, jobs, names, counter), name="profscope-views-helper", daemon=True
         )
-        self._process.start()
+        with objects_frozen_for_fork():
+            self._process.start()
         theirs.close()
 
     def alive(self) -> bool:
