@@ -389,3 +389,103 @@ def test_ingest_reports_the_decoder(tmp_path: Path) -> None:
     path.write_bytes(_trace(GOOD, KERNEL))
     with open(path, "rb") as raw:
         assert parse_trace(raw).meta["decoder"] == "native"
+
+
+def _numbers_of_every_length() -> list[bytes]:
+    """Integers and decimals of 1 to 20 digits on each side, signed, some followed by an exponent."""
+    digits = b"98765432101234567890"
+    numbers = []
+    for length in range(1, 21):
+        whole = digits[:length]
+        numbers += [whole, b"-" + whole, b"1" + b"0" * (length - 1)]
+        for fraction in (1, 3, 7, 8, 9, 16):
+            numbers.append(whole[:12] + b"." + digits[:fraction])
+        numbers += [whole[:10] + b"e" + str(length).encode(), whole[:9] + b".5E-" + str(length).encode()]
+    return numbers
+
+
+def test_numbers_of_every_length_are_read_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the decoder reads up to 8 digits at once where 8 bytes follow, and one at a time near the end; small
+    # pieces: those with integers too big for its columns go to the Python parser, the others do not
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (300,))
+    events = []
+    for i, number in enumerate(_numbers_of_every_length()):
+        integer = number if number.lstrip(b"-").isdigit() else b"null"  # an int field's float: Python's
+        events.append(
+            b'{"ph": "X", "name": "n%d", "cat": "kernel", "ts": 1, "dur": 1, "args": {"correlation": %s, '
+            b'"blocks per SM": %s, "est. achieved occupancy %%": %s}}' % (i, integer, number, number)
+        )
+    for number in (b"7", b"12345678", b"123456789", b"1.25", b"1234567.5"):  # the piece's last bytes
+        events.append(b'{"ph": "X", "name": "end", "ts": 1, "dur": %s}' % number)
+    _, native = _parse_both(b'{"traceEvents": [' + b",\n".join(events) + b"]}")
+    assert native.meta["pieces"]["decoded_natively"] > native.meta["pieces"]["total"] * 3 // 4
+
+
+def test_every_length_of_a_single_number_piece() -> None:
+    # a number ending 0 to 9 bytes before the end of a piece, and digits followed by bytes of every kind
+    for length in range(1, 21):
+        number = b"1234567890123456789012"[:length]
+        pieces = {"dur": b'[{"ph": "X", "ts": 1, "dur": %s}]' % number, "ts": b'[{"ph": "X", "ts": %s}]' % number}
+        for field, limit in (("dur", 15), ("ts", 17)):  # the longest the decoder takes (1e15, 1e17)
+            piece = pieces[field]
+            decoded = native_events.decode(piece)
+            assert (decoded is not None) == (length <= limit)
+            if decoded is not None:
+                assert decoded.rows[field].tolist() == [float(number)]
+        for after in (b"\xfa", b"\xff", b"a", b"/", b":", b"\x00"):
+            piece = b'[{"ph": "X", "ts": 1, "dur": %s%s, "x": 1}]' % (number, after)
+            assert native_events.decode(piece) is None
+
+
+def test_keys_like_the_fields_the_decoder_reads() -> None:
+    # keys of a field's length and first letter, prefixes, long and non-ASCII keys: skipped, not read
+    odd_keys = {
+        "Input Dimz": [[1]],
+        "Input dim": [[2]],
+        "Python parent ix": 5,
+        "Python module idx": 6,
+        "External i": 1,
+        "external ID": 2,
+        "x" * 40: 3,
+        "éxternal id": 4,
+        "": 5,
+        "d": 6,
+        "de": 7,
+        "dev": 8,
+        "p": 1,
+        "pi": 2,
+        "ph2": "X",
+    }
+    kernel = {**KERNEL, "args": {**KERNEL["args"], **odd_keys}}
+    op = _op(args={"Input Dims": [[1]], **odd_keys})
+    event_keys = {"na": "x", "nam": "y", "names": "z", "t": 1, "tss": 2, "durr": 3, "arg": {}, "argss": {"a": 1}}
+    _, native = _parse_both(_trace(kernel, op, {**GOOD, **event_keys}, GOOD))
+    assert native.meta["pieces"]["decoded_natively"] == 1
+
+
+def test_repeated_and_alternating_names_and_tracks() -> None:
+    # the decoder remembers the last key of each table: neighbours alike, prefixes of each other, a track
+    # whose pid and tid split the same digits differently
+    events = []
+    for name, pid, tid in [
+        ("ab", 1, 23),
+        ("ab", 1, 23),
+        ("abc", 12, 3),
+        ("abc", 12, 3),
+        ("ab", 1, 23),
+        ("a", "1", "23"),
+        ("a", 1, "23"),
+        ("", 1, 23),
+        ("ab", 1, 23),
+    ]:
+        events.append(_op(name=name, pid=pid, tid=tid, args={"Input Dims": [[len(name)]], "Call stack": name}))
+        events.append({**KERNEL, "name": name, "pid": pid, "tid": tid})
+    _, native = _parse_both(_trace(*events))
+    assert native.meta["pieces"]["decoded_natively"] == 1
+
+
+def test_whitespace_of_every_kind_between_tokens() -> None:
+    separators = [b" ", b"  ", b"\n", b" \n    ", b"\t", b"\r\n", b" " * 20, b" \t \n"]
+    for separator in separators:
+        event = b'{"ph": "X",%s"name":%s"a", "ts": 1,%s"dur" :%s2, "args":%s{"device":%s0}%s}' % ((separator,) * 7)
+        _parse_both(b'{"traceEvents": [' + event + b"," + separator + event + b"]}")

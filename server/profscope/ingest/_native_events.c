@@ -88,6 +88,7 @@ typedef struct {
     Py_ssize_t count;
     ValueKind kind;
     PyObject *values; /* list, index = local id */
+    Slot last; /* the key asked last (id -1: none): most events repeat their neighbour's category, track... */
 } SpanTable;
 
 static uint64_t hash_span(const unsigned char *p, Py_ssize_t n, uint64_t h) {
@@ -110,6 +111,7 @@ static int table_init(SpanTable *table, ValueKind kind) {
     table->mask = 255;
     table->count = 0;
     table->kind = kind;
+    table->last.id = -1;
     table->slots = calloc(table->mask + 1, sizeof(Slot));
     table->values = PyList_New(0);
     return (table->slots == NULL || table->values == NULL) ? NO_MEMORY : OK;
@@ -163,14 +165,20 @@ static int32_t table_id(SpanTable *table, const unsigned char *a, Py_ssize_t na,
                         Py_ssize_t nb) {
     static const unsigned char empty[1] = {0};
     if (a == NULL) a = empty; /* a NULL first span marks an empty slot */
+    Slot *last = &table->last;
+    if (last->id >= 0 && last->na == na && last->nb == nb && memcmp(last->a, a, (size_t)na) == 0 &&
+        (b == NULL || memcmp(last->b, b, (size_t)nb) == 0))
+        return last->id;
     uint64_t hash = hash_span(a, na, b ? hash_span(b, nb, 0x12345) : 0);
     size_t i = hash & table->mask;
     for (;;) {
         Slot *slot = &table->slots[i];
         if (slot->a == NULL) break;
         if (slot->hash == hash && slot->na == na && slot->nb == nb && memcmp(slot->a, a, (size_t)na) == 0 &&
-            (b == NULL || memcmp(slot->b, b, (size_t)nb) == 0))
+            (b == NULL || memcmp(slot->b, b, (size_t)nb) == 0)) {
+            *last = *slot;
             return slot->id;
+        }
         i = (i + 1) & table->mask;
     }
     Slot *slot = &table->slots[i];
@@ -188,6 +196,7 @@ static int32_t table_id(SpanTable *table, const unsigned char *a, Py_ssize_t na,
     }
     Py_DECREF(value);
     int32_t id = slot->id; /* growing frees the slots */
+    *last = *slot;
     table->count++;
     if ((size_t)table->count * 2 > table->mask && table_grow(table) != OK) {
         PyErr_NoMemory();
@@ -201,8 +210,24 @@ typedef struct {
     const unsigned char *p, *end;
 } Cursor;
 
+static inline int is_whitespace(unsigned char ch) {
+    return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
+}
+
+static void skip_whitespace_run(Cursor *c) {
+    while (c->p < c->end && is_whitespace(*c->p)) c->p++;
+}
+
+/* Most whitespace is the one space after a ':' or a ',': that case costs one comparison more. */
 static inline void skip_whitespace(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+    const unsigned char *p = c->p;
+    if (p < c->end && *p <= ' ') {
+        if (*p == ' ' && p + 1 < c->end && p[1] > ' ') {
+            c->p = p + 1;
+            return;
+        }
+        skip_whitespace_run(c);
+    }
 }
 
 static inline int expect(Cursor *c, unsigned char ch) {
@@ -393,6 +418,42 @@ typedef struct {
 static const double POWERS_OF_TEN[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                        1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+static const uint64_t DIGIT_POWERS[] = {1,      10,      100,      1000,      10000,
+                                       100000, 1000000, 10000000, 100000000};
+
+/* The end of the digits at p, accumulated into *mantissa (modulo 2^64, exactly as digit by digit):
+ * up to 8 digits at once (SWAR, little-endian), where 8 bytes can be read. */
+static inline const unsigned char *scan_digits(const unsigned char *p, const unsigned char *end,
+                                               uint64_t *mantissa) {
+    uint64_t m = *mantissa;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (end - p >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        /* per byte: high nibble 3, and still 3 after adding 6 (a carry out of a byte only reaches bytes
+         * after a non-digit, which do not count) */
+        uint64_t odd = ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ^
+                       0x3333333333333333ULL;
+        int count = odd ? __builtin_ctzll(odd) >> 3 : 8; /* leading digits */
+        if (count == 0) break;
+        v = (v & 0x0F0F0F0F0F0F0F0FULL) << (8 * (8 - count)); /* the digits, after as many leading zeros */
+        v = v * 10 + (v >> 8);
+        v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+             (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+            32;
+        m = m * DIGIT_POWERS[count] + v;
+        p += count;
+        if (count < 8) {
+            *mantissa = m;
+            return p;
+        }
+    }
+#endif
+    for (; p < end && *p >= '0' && *p <= '9'; p++) m = m * 10 + (uint64_t)(*p - '0');
+    *mantissa = m;
+    return p;
+}
+
 static int scan_number(Cursor *c, Number *out) {
     const unsigned char *p = c->p, *end = c->end, *start = p;
     int negative = 0, digits = 0, fraction_digits = 0, is_float = 0, exponent = 0;
@@ -403,22 +464,25 @@ static int scan_number(Cursor *c, Number *out) {
     }
     if (p >= end || *p < '0' || *p > '9') return UNSUPPORTED;
     if (*p == '0' && p + 1 < end && p[1] >= '0' && p[1] <= '9') return UNSUPPORTED; /* leading zero */
-    for (; p < end && *p >= '0' && *p <= '9'; p++, digits++) mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+    const unsigned char *first = p;
+    p = scan_digits(p, end, &mantissa);
+    digits = (int)(p - first);
     int integer_digits = digits;
     if (p < end && *p == '.') {
         is_float = 1;
         p++;
-        const unsigned char *first = p;
-        for (; p < end && *p >= '0' && *p <= '9'; p++, digits++, fraction_digits++)
-            mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+        first = p;
+        p = scan_digits(p, end, &mantissa);
         if (p == first) return UNSUPPORTED;
+        fraction_digits = (int)(p - first);
+        digits += fraction_digits;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         is_float = 1;
         p++;
         int exponent_negative = 0;
         if (p < end && (*p == '+' || *p == '-')) exponent_negative = *p++ == '-';
-        const unsigned char *first = p;
+        first = p;
         for (; p < end && *p >= '0' && *p <= '9'; p++)
             if (exponent < 100000) exponent = exponent * 10 + (*p - '0');
         if (p == first) return UNSUPPORTED;
@@ -650,20 +714,46 @@ static const Field ARGS_FIELDS[] = {
 enum { EV_PH, EV_NAME, EV_CAT, EV_PID, EV_TID, EV_TS, EV_DUR, EV_ID, EV_BP, EV_S, EV_ARGS, EVENT_FIELD_COUNT };
 static const char *EVENT_FIELDS[] = {"ph", "name", "cat", "pid", "tid", "ts", "dur", "id", "bp", "s", "args"};
 
-static Py_ssize_t ARGS_FIELD_LENGTHS[ARGS_FIELD_COUNT], EVENT_FIELD_LENGTHS[EVENT_FIELD_COUNT];
+/* Key lookup without a loop of memcmp over every field: the fields whose name has a key's length and
+ * first byte, chained (at most three share both); only those are compared. */
+#define MAX_FIELD_NAME 32
+typedef struct {
+    const char *const *names; /* names[i * stride] is field i's name */
+    size_t stride;
+    int8_t head[MAX_FIELD_NAME][128]; /* by length, first byte: the first candidate, -1 if none */
+    int8_t next[64];
+} FieldIndex;
 
-static void measure_field_names(void) {
-    for (int i = 0; i < ARGS_FIELD_COUNT; i++) ARGS_FIELD_LENGTHS[i] = (Py_ssize_t)strlen(ARGS_FIELDS[i].name);
-    for (int i = 0; i < EVENT_FIELD_COUNT; i++) EVENT_FIELD_LENGTHS[i] = (Py_ssize_t)strlen(EVENT_FIELDS[i]);
+static FieldIndex ARGS_INDEX, EVENT_INDEX;
+
+static inline const char *field_name(const FieldIndex *index, int i) {
+    return *(const char *const *)((const char *)index->names + (size_t)i * index->stride);
 }
 
-static int find_field(const Span *key, const char *const *names, size_t stride, const Py_ssize_t *lengths,
-                      int count) {
-    for (int i = 0; i < count; i++) {
-        if (lengths[i] != key->n) continue;
-        const char *name = *(const char *const *)((const char *)names + (size_t)i * stride);
-        if (name[0] == key->s[0] && memcmp(name, key->s, (size_t)key->n) == 0) return i;
+static int index_fields(FieldIndex *index, const char *const *names, size_t stride, int count) {
+    index->names = names;
+    index->stride = stride;
+    memset(index->head, -1, sizeof(index->head));
+    for (int i = count - 1; i >= 0; i--) { /* backwards: each chain in table order */
+        const char *name = field_name(index, i);
+        size_t n = strlen(name);
+        if (n == 0 || n >= MAX_FIELD_NAME || (unsigned char)name[0] >= 128 || count > 64) return -1;
+        index->next[i] = index->head[n][(unsigned char)name[0]];
+        index->head[n][(unsigned char)name[0]] = (int8_t)i;
     }
+    return 0;
+}
+
+static inline int same_bytes(const unsigned char *a, const unsigned char *b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) /* keys are short: no call to memcmp */
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+static inline int find_field(const Span *key, const FieldIndex *index) {
+    if (key->n <= 0 || key->n >= MAX_FIELD_NAME || key->s[0] >= 128) return -1;
+    for (int i = index->head[key->n][key->s[0]]; i >= 0; i = index->next[i])
+        if (same_bytes((const unsigned char *)field_name(index, i) + 1, key->s + 1, key->n - 1)) return i;
     return -1;
 }
 
@@ -726,7 +816,7 @@ static int parse_args(Decoder *decoder, EventFields *event) {
         Span key;
         if (c->p >= c->end || *c->p != '"' || scan_string(c, &key) != OK || key.escaped) return UNSUPPORTED;
         if (expect(c, ':') != OK) return UNSUPPORTED;
-        int index = find_field(&key, &ARGS_FIELDS[0].name, sizeof(Field), ARGS_FIELD_LENGTHS, ARGS_FIELD_COUNT);
+        int index = find_field(&key, &ARGS_INDEX);
         if (index < 0) {
             if (skip_value(c, 2) != OK) return UNSUPPORTED;
         } else {
@@ -813,7 +903,7 @@ static int parse_event_fields(Decoder *decoder, EventFields *event) {
         Span key;
         if (c->p >= c->end || *c->p != '"' || scan_string(c, &key) != OK || key.escaped) return UNSUPPORTED;
         if (expect(c, ':') != OK) return UNSUPPORTED;
-        int index = find_field(&key, EVENT_FIELDS, sizeof(char *), EVENT_FIELD_LENGTHS, EVENT_FIELD_COUNT);
+        int index = find_field(&key, &EVENT_INDEX);
         if (index >= 0) {
             if (seen & (1u << index)) return UNSUPPORTED;
             seen |= 1u << index;
@@ -1147,7 +1237,11 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_native_events", NULL, -1, METHODS};
 
 PyMODINIT_FUNC PyInit__native_events(void) {
-    measure_field_names();
+    if (index_fields(&ARGS_INDEX, &ARGS_FIELDS[0].name, sizeof(Field), ARGS_FIELD_COUNT) < 0 ||
+        index_fields(&EVENT_INDEX, EVENT_FIELDS, sizeof(char *), EVENT_FIELD_COUNT) < 0) {
+        PyErr_SetString(PyExc_SystemError, "_native_events: a field name too long for the key index");
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&MODULE);
     if (module == NULL) return NULL;
     PyObject *fields = row_fields();

@@ -551,9 +551,12 @@ class TableBuilder:
     def _add_native_ops(self, event_rows: np.ndarray, rows: np.ndarray, native: NativePiece) -> None:
         ops = self._chunks["ops"]
         ops["event"].append(event_rows)
-        ops["input_dims"].append(_intern_first_seen(rows["input_dims"], native.raws, self.raw_string))
-        ops["input_types"].append(_intern_first_seen(rows["input_types"], native.raws, self.raw_string))
-        ops["call_stack"].append(_intern_first_seen(rows["call_stack"], native.call_stacks, self._intern_stack))
+        raws = [self._raw_string_ids.get(raw, _NOT_INTERNED) for raw in native.raws]
+        ops["input_dims"].append(_intern_first_seen(rows["input_dims"], native.raws, self.raw_string, raws))
+        ops["input_types"].append(_intern_first_seen(rows["input_types"], native.raws, self.raw_string, raws))
+        get = self.strings._ids.get
+        stacks = [get(stack, _NOT_INTERNED) if stack else NO_ID for stack in native.call_stacks]
+        ops["call_stack"].append(_intern_first_seen(rows["call_stack"], native.call_stacks, self._intern_stack, stacks))
         ops["sequence_number"].append(np.ascontiguousarray(rows["sequence_number"]))
         ops["fwd_thread"].append(np.ascontiguousarray(rows["fwd_thread"]))
 
@@ -1020,8 +1023,19 @@ def _integer_range(dtype: str) -> tuple[int, int]:
     return int(limits.min), int(limits.max)
 
 
-def _intern_first_seen(local_ids: np.ndarray, values: list[Any], intern: Callable[[Any], int]) -> np.ndarray:
-    """Global ids of per-piece local ids (NO_ID stays), interning values in order of first use."""
+_NOT_INTERNED = -2
+
+
+def _intern_first_seen(
+    local_ids: np.ndarray, values: list[Any], intern: Callable[[Any], int], known: list[int]
+) -> np.ndarray:
+    """Global ids of per-piece local ids (NO_ID stays), interning values in order of first use.
+
+    ``known``: each value's global id if it has one already, else ``_NOT_INTERNED``. Past the first pieces
+    every value used is known: then no order matters, and no sort of the ids finds their first uses."""
+    ids = np.asarray([*known, NO_ID], dtype=np.int64)[local_ids]  # the last entry answers NO_ID
+    if not (ids == _NOT_INTERNED).any():
+        return ids
     present = local_ids[local_ids >= 0]
     unique, first_use = np.unique(present, return_index=True)
     mapping = np.full(len(values) + 1, NO_ID, dtype=np.int64)  # the last entry answers NO_ID
