@@ -426,7 +426,7 @@ def test_every_length_of_a_single_number_piece() -> None:
     for length in range(1, 21):
         number = b"1234567890123456789012"[:length]
         pieces = {"dur": b'[{"ph": "X", "ts": 1, "dur": %s}]' % number, "ts": b'[{"ph": "X", "ts": %s}]' % number}
-        for field, limit in (("dur", 15), ("ts", 17)):  # the longest the decoder takes (1e15, 1e17)
+        for field, limit in (("dur", 15), ("ts", 16)):  # the longest the decoder takes (1e15, 4e15: kineto limits)
             piece = pieces[field]
             decoded = native_events.decode(piece)
             assert (decoded is not None) == (length <= limit)
@@ -489,3 +489,14 @@ def test_whitespace_of_every_kind_between_tokens() -> None:
     for separator in separators:
         event = b'{"ph": "X",%s"name":%s"a", "ts": 1,%s"dur" :%s2, "args":%s{"device":%s0}%s}' % ((separator,) * 7)
         _parse_both(b'{"traceEvents": [' + event + b"," + separator + event + b"]}")
+
+
+def test_start_times_past_the_timelines_range_are_dropped_as_in_python() -> None:
+    """A start time beyond kineto.MAX_ABS_TS_US (4e15 µs: in nanoseconds from the first event it no longer fits an
+    int64) is dropped with a warning by the Python parser; the C decoder hands such events to it (it kept those up
+    to 1e17 µs, whose nanoseconds then overflowed)."""
+    for ts in (4e15, 4.000001e15, 5e15, -5e15, 1e16, 9.9e16, 1e17, 2e17, 9876543210e20):
+        python, _ = _parse_both(
+            _trace({"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": "X", "name": "b", "ts": ts, "dur": 1})
+        )
+        assert python.row_count("events") == (2 if abs(ts) <= 4e15 else 1), ts

@@ -25,6 +25,9 @@
 #include <emmintrin.h>
 #endif
 
+#define MAX_ABS_TS_US 4e15 /* kineto.MAX_ABS_TS_US */
+#define MAX_DUR_US 1e15    /* kineto.MAX_DUR_US */
+
 #define NO_ID (-1)
 #define MAX_DEPTH 512
 #define MAX_SAFE_DIGITS 18 /* integers with more digits are left to Python (range checks, big ints) */
@@ -1088,8 +1091,9 @@ static int parse_event(Decoder *decoder) {
         if (buffer_append(&decoder->others, separator, 1) != OK) return NO_MEMORY;
         return buffer_append(&decoder->others, start, (size_t)(decoder->cursor.p - start));
     }
-    /* what the Python parser would drop, zero or coerce (with a warning) stays its job */
-    if (event.unusual || !event.has_ts || fabs(event.ts) > 1e17 || !(event.dur >= 0.0 && event.dur <= 1e15))
+    /* what the Python parser would drop, zero or coerce (with a warning) stays its job: a start time past
+     * kineto.MAX_ABS_TS_US (its nanoseconds would not fit an int64), a duration past kineto.MAX_DUR_US */
+    if (event.unusual || !event.has_ts || fabs(event.ts) > MAX_ABS_TS_US || !(event.dur >= 0.0 && event.dur <= MAX_DUR_US))
         return UNSUPPORTED;
     return add_complete_row(decoder, &event);
 }
