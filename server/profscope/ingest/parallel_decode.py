@@ -24,6 +24,7 @@ import pickle
 import queue
 import select
 import socket
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -38,9 +39,9 @@ START_AFTER_PIECES = 4  # small traces never pay for starting a process
 # one piece in HERE_EVERY and the helper the others (1 GB traces: 4 left the helper last, 2 this process).
 HERE_EVERY = 3
 # A forked helper reads its pieces from shared memory: the reader copies a piece into a free slot and sends
-# only where it is (copying every piece through a socket, ~580 MB of a 1 GB trace, cost ~0.8 s of CPU in the
-# two processes). A piece too big for a slot goes through the socket; with every slot still taken, the
-# reader decodes the piece itself rather than wait.
+# only where it is (sending every piece through a socket, ~580 MB of a 1 GB trace, copied each twice more:
+# the parse's CPU was 5.55 s with it, 5.3 s without). A piece too big for a slot goes through the socket;
+# with every slot still taken, the reader decodes the piece itself rather than wait.
 RING_SLOTS = 3
 SLOT_BYTES = 16 << 20  # pieces are ~8 MB (json_stream.CHUNK_BYTES) and a little more
 _FREED = "freed"
@@ -303,8 +304,9 @@ class PieceRouter:
         """Fork the helper now, before the inflating thread starts: it begins decoding with the first piece
         it is sent, where a helper spawned once the trace proves big (``route``) first spends ~0.5 s of CPU
         starting Python and importing the parser: most of a 200 MB trace's parse. A small trace's helper
-        idles and leaves. Without fork (or no process can start here): the spawned one, later."""
-        if self.enabled and self._process is None and "fork" in multiprocessing.get_all_start_methods():
+        idles and leaves. Off Linux (where forking after numpy's imports is not safe everywhere) or where no
+        process can start here: the spawned one, later."""
+        if self.enabled and self._process is None and sys.platform.startswith("linux"):
             self._start("fork")
 
     def _start(self, method: str = "spawn") -> None:
