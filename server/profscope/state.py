@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from profscope.analysis.distributed import JobRanks, job_ranks
+from profscope.analysis.payloads import unique_queries
 from profscope.cache import TraceCache
 from profscope.cache_bounds import TIDY_EVERY_S, tidy_cache
 from profscope.catalog import Run, RunFacts, TraceFile, build_runs, moved_run
@@ -86,9 +87,11 @@ class Profscope:
         self.metrics = metrics or Metrics()
         self.cache = TraceCache(settings.traces_cache)
         self.views = tuple(views)
-        if queries is None:
-            queries = tuple({query.name: query for view in self.views for query in view.queries}.values())
-        queries = tuple(queries)
+        queries = (
+            unique_queries(query for view in self.views for query in view.queries)
+            if queries is None
+            else tuple(queries)
+        )
         self.roots: list[RootStatus] = []
         for uri in settings.roots:
             source: Source | None = None
@@ -226,8 +229,7 @@ class Profscope:
 
     def show_views(self, views: Sequence[View]) -> None:
         """The views, for a state built before they were imported: they must ask for the queries it computes."""
-        wanted = {query.name: query for view in views for query in view.queries}
-        if set(wanted) != set(self.store.queries):
+        if {query.name for view in views for query in view.queries} != set(self.store.queries):
             raise ValueError("the views ask for other cached queries than the ingest computes")
         self.views = tuple(views)
 

@@ -14,7 +14,7 @@ queries receive a ``TraceContext``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -75,6 +75,14 @@ def query_of(function: Callable[..., Any]) -> Query:
     return declared
 
 
+def unique_queries(queries: Iterable[Query]) -> tuple[Query, ...]:
+    """Each query once, in the order first met (views share queries): the first of a name is kept."""
+    found: dict[str, Query] = {}
+    for query in queries:
+        found.setdefault(query.name, query)
+    return tuple(found.values())
+
+
 def declared_queries() -> tuple[Query, ...]:
     """Every query declared with ``@payload`` in ``profscope.analysis``, importing each of its modules.
 
@@ -86,10 +94,9 @@ def declared_queries() -> tuple[Query, ...]:
 
     import profscope.analysis
 
-    found: dict[str, Query] = {}
-    for module in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis."):
-        for value in vars(importlib.import_module(module.name)).values():
-            declared = getattr(value, "query", None)
-            if isinstance(declared, Query):
-                found.setdefault(declared.name, declared)
-    return tuple(found.values())
+    modules = [
+        importlib.import_module(m.name)
+        for m in pkgutil.iter_modules(profscope.analysis.__path__, "profscope.analysis.")
+    ]
+    declared = (getattr(value, "query", None) for module in modules for value in vars(module).values())
+    return unique_queries(query for query in declared if isinstance(query, Query))

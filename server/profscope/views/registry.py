@@ -3,7 +3,7 @@ all come from this list, in this order (the nav's). Adding a view is one line he
 
 from __future__ import annotations
 
-from profscope.analysis.payloads import Query
+from profscope.analysis.payloads import Query, unique_queries
 from profscope.views import (
     diff,
     distributed,
@@ -36,5 +36,5 @@ VIEWS: tuple[View, ...] = (
 
 def queries(kind: str | None = None) -> tuple[Query, ...]:
     """Every cached query of the views (of one kind: "trace" or "snapshot"), each once."""
-    unique = {query.name: query for view in VIEWS for query in view.queries}
-    return tuple(query for query in unique.values() if kind is None or query.kind == kind)
+    unique = unique_queries(query for view in VIEWS for query in view.queries)
+    return tuple(query for query in unique if kind is None or query.kind == kind)
