@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from conftest import corpus_file
-from profscope.ingest import json_stream, parallel_decode
+from profscope.ingest import json_stream, kineto, parallel_decode
 from profscope.ingest.json_stream import SizeLimitExceeded, TraceFormatError
 from profscope.ingest.kineto import KINETO_PIECES, parse_trace
 
@@ -85,8 +85,21 @@ def test_a_second_process_decoding_pieces_gives_identical_tables(
         monkeypatch.setattr(parallel_decode, "RING_SLOTS", 1)
     if started.startswith("spawned"):  # where fork is not available
         monkeypatch.setattr(parallel_decode.PieceRouter, "start_early", lambda router: None)
+    # the finish of a parse that had two cores joins, renumbers and reorders columns on two threads (a big
+    # trace's only): here too, so that its tables are compared with one thread's
+    monkeypatch.setattr(kineto, "THREADED_FINISH_ROWS", 0)
+    thread_counts: list[int] = []
+    each_on = kineto._each_on
+
+    def counting(threads: int, function, items):  # noqa: ANN001, ANN202 - kineto._each_on's
+        thread_counts.append(threads)
+        return each_on(threads, function, items)
+
+    monkeypatch.setattr(kineto, "_each_on", counting)
     alone = parse_trace(io.BytesIO(data), use_second_core=False)
+    assert set(thread_counts) == {1}
     shared = parse_trace(io.BytesIO(data), use_second_core=True)
+    assert 2 in thread_counts  # the threaded finish ran
     assert alone.meta["pieces"]["decoded_by_second_process"] == 0
     assert shared.meta["pieces"]["decoded_by_second_process"] > 0  # the merge path really ran
     _tables_equal(alone, shared)

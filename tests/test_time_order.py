@@ -27,9 +27,9 @@ def test_the_keys_of_real_traces_sort_as_lexsort(monkeypatch: pytest.MonkeyPatch
     keys = []
     sort_events = kineto._sort_events
 
-    def keep_keys(columns: dict, file_order: np.ndarray) -> None:
+    def keep_keys(columns: dict, file_order: np.ndarray, threads: int = 1) -> None:
         keys.append((columns["events"]["ts_ns"].copy(), file_order, -columns["events"]["dur_ns"]))
-        sort_events(columns, file_order)
+        sort_events(columns, file_order, threads)
 
     monkeypatch.setattr(kineto, "_sort_events", keep_keys)
     parse_trace(io.BytesIO(gzip.decompress(corpus_file(trace).read_bytes())), use_second_core=False)

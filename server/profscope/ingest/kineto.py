@@ -14,7 +14,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import math
+import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +45,7 @@ from profscope.tables import (
 
 PARSER_VERSION = parser_versions.TRACE  # bump it there when tables or cached artifacts change shape
 DEFAULT_MAX_TRACE_BYTES = 64 << 30
+THREADED_FINISH_ROWS = 1 << 18  # below, a thread pool costs more than the ~10 ms it could save
 
 Number = int | float | str | None
 ABSENT = msgspec.Raw(b"")  # default of raw-JSON fields; msgspec cannot make Raw optional
@@ -852,12 +855,16 @@ class TableBuilder:
             self.warnings[_UNMATCHED_BEGIN] = self.warnings.get(_UNMATCHED_BEGIN, 0) + part["open_begins"]
 
     # ---- finishing -------------------------------------------------------------------------
-    def finish(self, top_level: dict[str, Any]) -> TraceTables:
+    def finish(self, top_level: dict[str, Any], threads: int = 1) -> TraceTables:
+        """The tables, sorted and renumbered; ``threads``: how many threads join, renumber and reorder the
+        columns (numpy's copies and gathers release the GIL: with two, the core the decoding helper used while
+        the file was read does half of this last, otherwise serial, part of the parse)."""
         for stack in self._open_begins.values():
             if stack:
                 self.warn(_UNMATCHED_BEGIN)
         self._flush()
         x_ts = _concatenate(self._x_ts, "f8")
+        threads = threads if len(x_ts) >= THREADED_FINISH_ROWS else 1
         times = {name: _concatenate(chunks, "f8") for name, chunks in self._time_chunks.items()}
         candidates = [x_ts] if len(x_ts) else list(times.values())
         nonempty = [c for c in candidates if len(c)]
@@ -867,27 +874,29 @@ class TableBuilder:
             return np.rint((values - origin_us) * 1000.0).astype(np.int64)
 
         # each column's chunks are dropped once joined, and their heap pages handed back before the sort
-        columns: dict[str, dict[str, np.ndarray]] = {
-            table_name: {
-                column: _concatenate(self._chunks[table_name].pop(column), dtype) for column, dtype in layout.items()
-            }
-            for table_name, layout in SCHEMA.items()
-        }
+        columns: dict[str, dict[str, np.ndarray]] = {table_name: {} for table_name in SCHEMA}
+        joined = _each_on(
+            threads,
+            lambda key: _concatenate(self._chunks[key[0]].pop(key[1]), SCHEMA[key[0]][key[1]]),
+            [(table_name, column) for table_name, layout in SCHEMA.items() for column in layout],
+        )
+        for (table_name, column), values in joined:
+            columns[table_name][column] = values
+        del joined
         self._chunks.clear()
         release_freed_memory()
         if self._merged is not None:
-            self._renumber_as_one_process(columns, *self._merged)
+            self._renumber_as_one_process(columns, *self._merged, threads=threads)
         events = columns["events"]
         events["ts_ns"] = to_ns(x_ts)
         events["dur_ns"] = np.rint(_concatenate(self._x_dur, "f8") * 1000.0).astype(np.int64)
         for table_name, values in times.items():
             columns[table_name]["ts_ns"] = to_ns(values)
-        _sort_events(columns, _concatenate(self._x_order, "i8"))
+        _sort_events(columns, _concatenate(self._x_order, "i8"), threads)
         for table_name in _TIMED_SIDE_TABLES:
             table = columns[table_name]
             order = time_order(table["ts_ns"], _concatenate(self._side_order[table_name], "i8"))
-            for column, values in table.items():
-                table[column] = values[order]
+            _gather_rows(table, order, threads)
         for pid, values in getattr(self, "_process_meta", {}).items():
             for track in self.tracks:
                 if track.pid == pid:
@@ -904,23 +913,24 @@ class TableBuilder:
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=meta)
 
     def _renumber_as_one_process(
-        self, columns: dict[str, dict[str, np.ndarray]], strings: FirstSightings, tracks: FirstSightings
+        self,
+        columns: dict[str, dict[str, np.ndarray]],
+        strings: FirstSightings,
+        tracks: FirstSightings,
+        threads: int = 1,
     ) -> None:
         """String and track ids in the order one process reading every piece would have given them, whichever
         process decoded which piece: the cached results of a file do not depend on how its parse was shared."""
         string_order, new_string = strings.order(len(self.strings))
         track_order, new_track = tracks.order(len(self.tracks))
-        for table_name, names in STRING_COLUMNS.items():
-            for column in names:
-                values = columns[table_name][column]
-                columns[table_name][column] = np.where(values >= 0, new_string[np.maximum(values, 0)], values).astype(
-                    values.dtype, copy=False
-                )
-        for table_name in TRACK_TABLES:
-            values = columns[table_name]["track"]
-            columns[table_name]["track"] = np.where(values >= 0, new_track[np.maximum(values, 0)], values).astype(
-                values.dtype, copy=False
-            )
+        # one gather per column: the id tables end with NO_ID, which is where an absent id (-1) points
+        string_ids = np.append(new_string, NO_ID).astype(np.int32)
+        track_ids = np.append(new_track, NO_ID).astype(np.int32)
+        targets = [(t, c, string_ids) for t, names in STRING_COLUMNS.items() for c in names]
+        targets += [(t, "track", track_ids) for t in TRACK_TABLES]
+        renumbered = _each_on(threads, lambda target: target[2][columns[target[0]][target[1]]], targets)
+        for (table_name, column, _), values in renumbered:
+            columns[table_name][column] = values
         self.strings = StringTable([self.strings.strings[i] for i in string_order.tolist()])
         self.tracks = [self.tracks[i] for i in track_order.tolist()]
 
@@ -1067,27 +1077,40 @@ def time_order(ts: np.ndarray, *tie_keys: np.ndarray) -> np.ndarray:
     tied[1:] = tie
     tied[:-1] |= tie
     positions = np.flatnonzero(tied)  # runs of rows sharing a time, one after the other
-    group = np.cumsum(tied & ~np.concatenate(([False], tie)))[positions]
+    run_starts = tied[positions] & ~np.concatenate(([False], tie))[positions]
+    group = np.cumsum(run_starts)  # the run each tied row is in, counted among the tied rows only
     rows = order[positions]  # in row order within each run (the sort was stable), as lexsort leaves ties
     order[positions] = rows[np.lexsort((*(key[rows] for key in tie_keys), group))]
     return order
 
 
-def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray) -> None:
+def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarray, threads: int = 1) -> None:
     """Sort events by (start, longest first, file order) and re-point the side tables at the new rows."""
     events = columns["events"]
     order = time_order(events["ts_ns"], file_order, -events["dur_ns"])
-    for column, values in events.items():
-        events[column] = values[order]
+    _gather_rows(events, order, threads)
     new_row = np.empty_like(order, dtype=np.int32)
     new_row[order] = np.arange(len(order), dtype=np.int32)
     for table_name in ("kernels", "ops", "python", "collectives"):
         table = columns[table_name]
         if len(table["event"]):
             table["event"] = new_row[table["event"]]
-            row_order = np.argsort(table["event"], kind="stable")
-            for column, values in table.items():
-                table[column] = values[row_order]
+            _gather_rows(table, np.argsort(table["event"], kind="stable"), threads)
+
+
+def _gather_rows(table: dict[str, np.ndarray], order: np.ndarray, threads: int) -> None:
+    """Every column of ``table`` reordered by ``order``."""
+    for column, values in _each_on(threads, lambda column: table[column][order], list(table)):
+        table[column] = values
+
+
+def _each_on(threads: int, function: Callable[[Any], np.ndarray], items: list[Any]) -> list[tuple[Any, np.ndarray]]:
+    """``(item, function(item))`` for each item, on ``threads`` threads; ``function`` must spend its time in
+    numpy calls that release the GIL (copies, gathers, sorts) for a second thread to help."""
+    if threads <= 1 or len(items) < 2:
+        return [(item, function(item)) for item in items]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="profscope-finish") as pool:
+        return list(zip(items, pool.map(function, items), strict=True))
 
 
 _META_KEYS = (
@@ -1251,7 +1274,7 @@ def _parse_trace(
         builder.warn(f"{builder.non_event_items} items of the event list are not objects and were skipped")
     if reader.non_utf8_pieces + router.non_utf8_pieces:
         builder.warnings[_NON_UTF8] = reader.non_utf8_pieces + router.non_utf8_pieces
-    tables = builder.finish(reader.top_level)
+    tables = builder.finish(reader.top_level, threads=2 if use_second_core and (os.cpu_count() or 1) > 1 else 1)
     if tables.row_count("events") == 0 and tables.row_count("memory") == 0:
         raise TraceFormatError(_no_usable_event(builder.event_count, tables.meta["warnings"]))
     tables.meta["pieces"] = {
