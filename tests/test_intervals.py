@@ -88,3 +88,25 @@ def test_overlapping_input_takes_the_sweep() -> None:
     assert not intervals._is_normalised(overlapping)
     assert [p.tolist() for p in intervals.intersect(overlapping, other)] == [[4], [6]]
     assert [p.tolist() for p in intervals.subtract(overlapping, other)] == [[0, 6], [4, 9]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans, st.lists(spans, max_size=8))
+def test_paint_shares_a_window_by_priority_as_intersect_then_subtract(within: list, layers: list) -> None:
+    window, sets = _as_set(within), [_as_set(layer) for layer in layers]
+    shares = intervals.paint(window, sets)
+    remaining, expected = window, []
+    for layer in sets:  # the definition, one layer after the other
+        taken = intervals.intersect(remaining, layer)
+        expected.append(taken)
+        remaining = intervals.subtract(remaining, taken)
+    expected.append(remaining)
+    assert len(shares) == len(sets) + 1
+    for got, wanted in zip(shares, expected, strict=True):
+        np.testing.assert_array_equal(got[0], wanted[0])
+        np.testing.assert_array_equal(got[1], wanted[1])
+    # and against points: each point of the window goes to the first layer holding it, else to the last share
+    free = _points(window)
+    for got, layer in zip(shares, [*sets, window], strict=True):
+        assert _points(got) == free & _points(layer)
+        free -= _points(got)

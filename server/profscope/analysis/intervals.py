@@ -115,6 +115,46 @@ def subtract(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     return _coverage_segments(a, b, True, False, True)
 
 
+MAX_LAYERS = 15  # paint's coverage bitmask: the window and the layers, one bit each, in a small lookup table
+
+
+def paint(within: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
+    """``within`` shared out among ``layers`` by priority, first layer first: for each layer the part of
+    ``within`` it covers and no earlier layer does, then the part no layer covers (all normalised sets).
+
+    The same as ``intersect`` with what is left, then ``subtract`` what was taken, layer after layer, in one
+    sweep: every set's bounds are sorted together once (each set's starts and ends are sorted runs, which a
+    stable sort merges), and one running sum of +/- 2**set gives, after the last bound at each point, the
+    bitmask of the sets covering the segment that starts there (each normalised set covers a point 0 or 1
+    times)."""
+    if len(layers) > MAX_LAYERS:
+        raise ValueError(f"paint takes at most {MAX_LAYERS} layers")
+    sets = [within, *layers]
+    if len(within[0]) == 0:
+        return [empty() for _ in range(len(layers) + 1)]
+    sizes = [len(starts) for starts, _ in sets]
+    bit = np.repeat(np.left_shift(1, np.arange(len(sets), dtype=np.int64)), sizes)
+    points = np.concatenate([*(starts for starts, _ in sets), *(ends for _, ends in sets)])
+    order = np.argsort(points, kind="stable")
+    points = points[order]
+    mask = np.cumsum(np.concatenate([bit, -bit])[order])
+    del order
+    unique_points, last_index = _last_of_each_value(points)
+    mask = mask[last_index[:-1]]  # the sets covering [unique_points[i], unique_points[i + 1])
+    # the layer each segment goes to: the first one covering it, len(layers) when none does; -1 outside within
+    owner_of_mask = np.full(1 << len(sets), -1, dtype=np.int8)
+    for value in range(1, 1 << len(sets), 2):  # within covers it
+        layer_bits = value >> 1
+        owner_of_mask[value] = (layer_bits & -layer_bits).bit_length() - 1 if layer_bits else len(layers)
+    owner = owner_of_mask[mask]
+    seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
+    shares = []
+    for layer in range(len(layers) + 1):
+        taken = owner == layer
+        shares.append(_union_sorted(seg_starts[taken], seg_ends[taken]))
+    return shares
+
+
 def total(a: IntervalSet) -> int:
     return int((a[1] - a[0]).sum())
 

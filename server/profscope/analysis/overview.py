@@ -61,12 +61,8 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
 
 def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
     ranges = category_intervals(tables, tree)
-    free = intervals.merge(steps.starts_ns, steps.ends_ns)
-    assigned: dict[str, intervals.IntervalSet] = {}
-    for category in CATEGORIES:
-        assigned[category] = intervals.intersect(free, ranges[category])
-        free = intervals.subtract(free, assigned[category])
-    assigned["other"] = free
+    shares = intervals.paint(intervals.merge(steps.starts_ns, steps.ends_ns), [ranges[c] for c in CATEGORIES])
+    assigned = dict(zip((*CATEGORIES, "other"), shares, strict=True))
     per_category = {
         category: intervals.total_within(ranges_of_category, steps.starts_ns, steps.ends_ns)
         for category, ranges_of_category in assigned.items()

@@ -100,14 +100,8 @@ def _split(
     """Length of each phase inside ``whole`` (the window), earlier phases first; ``other`` is the rest."""
     if whole is None:
         whole = (np.array([window[0]], dtype=np.int64), np.array([window[1]], dtype=np.int64))
-    remaining = whole
-    split = {}
-    for phase in PHASES:
-        taken = intervals.intersect(remaining, sets[phase])
-        split[phase] = intervals.total(taken)
-        remaining = intervals.subtract(remaining, taken)
-    split["other"] = intervals.total(remaining)
-    return split
+    shares = intervals.paint(whole, [sets[phase] for phase in PHASES])
+    return {phase: intervals.total(share) for phase, share in zip((*PHASES, "other"), shares, strict=True)}
 
 
 def _device_phase_and_step(
