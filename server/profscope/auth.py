@@ -42,33 +42,12 @@ SESSION_COOKIE = "profscope_session"
 SESSION_MAX_AGE_S = 7 * 24 * 3600
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/login", "/logout"})
 MAX_LOGIN_FORM_BYTES = 16 << 10
-MIN_TOKEN_LENGTH = 16
 PROXY_SECRET_HEADER = "x-profscope-proxy-secret"
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 # Failed attempts per client address and minute before 429. A token of 16+ characters cannot be
 # guessed at this rate; the limit stops a client from hammering the server (and its log).
 FAILED_ATTEMPTS_PER_MINUTE = 100
 TRACKED_ADDRESSES = 10_000  # the oldest are forgotten first: the table stays bounded
-
-
-def access_settings_problems(settings: Settings) -> tuple[list[str], list[str]]:
-    """(errors that stop the server, warnings to log) about the access-control flags."""
-    errors, warnings = [], []
-    if settings.auth_token and len(settings.auth_token) < MIN_TOKEN_LENGTH:
-        errors.append(f"--auth-token must be at least {MIN_TOKEN_LENGTH} characters (e.g. `openssl rand -hex 24`)")
-    for cidr in settings.trusted_proxies:
-        try:
-            ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            errors.append(f"--trusted-proxy {cidr!r} is not an address or CIDR (10.0.0.0/8, 2001:db8::/32)")
-    if settings.trust_proxy_header and not (settings.trusted_proxies or settings.proxy_secret):
-        warnings.append(
-            f"--trust-proxy-header {settings.trust_proxy_header} is believed from loopback addresses only "
-            "(a sidecar proxy): name a proxy elsewhere with --trusted-proxy CIDR or set --proxy-secret"
-        )
-    if any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in settings.trusted_proxies if not errors):
-        warnings.append("--trusted-proxy covers every address: any client can set the proxy header")
-    return errors, warnings
 
 
 class Sessions:

@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING
 
 from profscope import __version__
 from profscope.cache_bounds import DEFAULT_CACHE_MAX_BYTES
-from profscope.config import Settings, default_cache_dir, env, env_flag
-from profscope.guard import default_allowed_hosts
+from profscope.config import (
+    Settings,
+    access_settings_problems,
+    default_allowed_hosts,
+    default_cache_dir,
+    env,
+    env_flag,
+)
 from profscope.logs import configure_logging
 from profscope.sources.base import StorageOptions, redact
 
@@ -427,8 +433,6 @@ def serve(args: argparse.Namespace) -> int:
         print(f"profscope serve: {exc}", file=sys.stderr)
         return 2
     limit_heap_arenas()  # before uvicorn's and the ingest manager's threads exist
-    from profscope.auth import access_settings_problems
-
     errors, warnings = access_settings_problems(settings)
     if errors:
         print("profscope serve: " + "; ".join(errors), file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,3 +64,40 @@ def env(name: str, default: str | None = None) -> str | None:
 
 def env_flag(name: str) -> bool:
     return (env(name) or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+MIN_TOKEN_LENGTH = 16  # an --auth-token shorter than this is refused
+
+
+def access_settings_problems(settings: Settings) -> tuple[list[str], list[str]]:
+    """(errors that stop the server, warnings to log) about the access-control flags (here, not in auth.py:
+    serve checks them before it imports the web framework, which auth.py needs)."""
+    errors, warnings = [], []
+    if settings.auth_token and len(settings.auth_token) < MIN_TOKEN_LENGTH:
+        errors.append(f"--auth-token must be at least {MIN_TOKEN_LENGTH} characters (e.g. `openssl rand -hex 24`)")
+    for cidr in settings.trusted_proxies:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            errors.append(f"--trusted-proxy {cidr!r} is not an address or CIDR (10.0.0.0/8, 2001:db8::/32)")
+    if settings.trust_proxy_header and not (settings.trusted_proxies or settings.proxy_secret):
+        warnings.append(
+            f"--trust-proxy-header {settings.trust_proxy_header} is believed from loopback addresses only "
+            "(a sidecar proxy): name a proxy elsewhere with --trusted-proxy CIDR or set --proxy-secret"
+        )
+    if any(ipaddress.ip_network(c, strict=False).prefixlen == 0 for c in settings.trusted_proxies if not errors):
+        warnings.append("--trusted-proxy covers every address: any client can set the proxy header")
+    return errors, warnings
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def default_allowed_hosts(bind_host: str) -> list[str]:
+    """The hosts a browser names when the server listens on a loopback address; every host otherwise.
+
+    Any port: an SSH tunnel (``ssh -L 9000:127.0.0.1:8080``) or a container's published port make the
+    browser name another one, and a DNS-rebinding page changes the name, not the port."""
+    if bind_host not in ("127.0.0.1", "localhost", "::1"):
+        return ["*"]
+    return list(LOCAL_HOSTS)

@@ -35,7 +35,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # Routes whose cost grows with the trace (and, for a summary, with its tracks): at most this many
 # run at once, so they cannot take every thread of the pool that the other views need.
 HEAVY_PATHS = frozenset({"/api/timeline", "/api/timeline/summary", "/api/timeline/search", "/api/timeline/export"})
@@ -49,16 +48,6 @@ def route_path(scope: Scope) -> str:
     """The path the router matches (percent-decoded by the server): the one the access check reads too."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
-
-
-def default_allowed_hosts(bind_host: str) -> list[str]:
-    """The hosts a browser names when the server listens on a loopback address; every host otherwise.
-
-    Any port: an SSH tunnel (``ssh -L 9000:127.0.0.1:8080``) or a container's published port make the
-    browser name another one, and a DNS-rebinding page changes the name, not the port."""
-    if bind_host not in ("127.0.0.1", "localhost", "::1"):
-        return ["*"]
-    return list(LOCAL_HOSTS)
 
 
 def host_allowed(host: str, allowed: list[str]) -> bool:
