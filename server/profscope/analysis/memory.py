@@ -87,10 +87,12 @@ def attribute_memory(context: TraceContext) -> MemoryAttribution:
         event_track[node_events], ts[node_events], end[node_events], record_track, record_ts
     )
     processed = np.zeros(len(node_events), bool)
-    for node in np.unique(record_node[record_node >= 0]).tolist():
-        while node >= 0 and not processed[node]:
-            processed[node] = True
-            node = int(parent[node])
+    frontier = np.unique(record_node[record_node >= 0])
+    while len(frontier):  # the nodes holding a record and all their ancestors, one generation at a time
+        processed[frontier] = True
+        frontier = parent[frontier]
+        frontier = np.unique(frontier[frontier >= 0])
+        frontier = frontier[~processed[frontier]]
     return MemoryAttribution(
         record_node=record_node,
         node_name=np.asarray(events["name"])[node_events],
