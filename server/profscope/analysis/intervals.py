@@ -133,13 +133,16 @@ def paint(within: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
     if len(within[0]) == 0:
         return [empty() for _ in range(len(layers) + 1)]
     sizes = [len(starts) for starts, _ in sets]
-    bit = np.repeat(np.left_shift(1, np.arange(len(sets), dtype=np.int64)), sizes)
+    bit = np.repeat(np.left_shift(1, np.arange(len(sets), dtype=np.int32)), sizes)
     points = np.concatenate([*(starts for starts, _ in sets), *(ends for _, ends in sets)])
     order = np.argsort(points, kind="stable")
     points = points[order]
-    mask = np.cumsum(np.concatenate([bit, -bit])[order])
-    del order
+    delta = np.concatenate([bit, -bit])
+    del bit
+    mask = np.cumsum(delta[order], dtype=np.int32)
+    del order, delta
     unique_points, last_index = _last_of_each_value(points)
+    del points
     mask = mask[last_index[:-1]]  # the sets covering [unique_points[i], unique_points[i + 1])
     # the layer each segment goes to: the first one covering it, len(layers) when none does; -1 outside within
     owner_of_mask = np.full(1 << len(sets), -1, dtype=np.int8)
