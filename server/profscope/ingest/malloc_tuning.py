@@ -16,11 +16,14 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 _SERVER_ARENAS = 2
 _DIRECT_MAPPING_BYTES = 1 << 20
 _HEAP_READ_BUFFERS_BYTES = 32 << 20  # glibc refuses more (DEFAULT_MMAP_THRESHOLD_MAX)
+_DEFAULT_TRIM_BYTES = 128 << 10  # glibc's M_TRIM_THRESHOLD
+_KEPT_HEAP_BYTES = 1 << 30  # while pieces are read: freed heap stays for the next piece (released after the parse)
 _mapping_directly = False
 
 
@@ -33,6 +36,11 @@ def _libc() -> Any:
 def _set_mmap_threshold(size_bytes: int) -> None:
     with contextlib.suppress(OSError, AttributeError):  # not glibc
         _libc().mallopt(_M_MMAP_THRESHOLD, size_bytes)
+
+
+def _set_trim_threshold(size_bytes: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        _libc().mallopt(_M_TRIM_THRESHOLD, size_bytes)
 
 
 def limit_heap_arenas(count: int = _SERVER_ARENAS) -> None:
@@ -66,20 +74,31 @@ def map_large_arrays_directly() -> None:
 
 @contextlib.contextmanager
 def read_buffers_from_heap() -> Iterator[None]:
-    """While a trace's pieces are read, let glibc serve the ~8 MB read buffers from its heap, reused.
+    """While a trace's pieces are read, let glibc serve the ~8 MB read buffers and each piece's decoded
+    columns from its heap, reused.
 
     Mapped one by one (``map_large_arrays_directly``), every piece's buffers were fresh pages: two
-    thousand page faults per 8 MB copy, ~2 s of CPU for a 1 GB trace. Only the reading loop runs so:
-    the tables are built with large arrays mapped directly again.
+    thousand page faults per 8 MB copy, ~2 s of CPU for a 1 GB trace. Freed at the top of the heap, glibc
+    also hands such a buffer back (trim) and faults it in again for the next piece: the trim threshold is
+    raised too (kernel time of a 1 GB nsres parse: -0.7 s). Only the reading loop runs so: the tables are
+    built with large arrays mapped directly again, and the caller releases what the heap kept.
     """
     if not _mapping_directly:  # glibc's default, dynamic threshold already reuses them
         yield
         return
-    _set_mmap_threshold(_HEAP_READ_BUFFERS_BYTES)
+    keep_heap_for_pieces()
     try:
         yield
     finally:
         _set_mmap_threshold(_DIRECT_MAPPING_BYTES)
+        _set_trim_threshold(_DEFAULT_TRIM_BYTES)
+
+
+def keep_heap_for_pieces() -> None:
+    """``read_buffers_from_heap``'s setting, for good: in the decoding helper, which lives for one parse."""
+    if _mapping_directly:
+        _set_mmap_threshold(_HEAP_READ_BUFFERS_BYTES)
+        _set_trim_threshold(_KEPT_HEAP_BYTES)
 
 
 @contextlib.contextmanager

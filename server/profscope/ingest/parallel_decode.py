@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profscope.ingest.json_stream import TraceFormatError, valid_utf8
-from profscope.ingest.malloc_tuning import objects_frozen_for_fork
+from profscope.ingest.malloc_tuning import keep_heap_for_pieces, objects_frozen_for_fork
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
 # This process also inflates, cuts and sends every piece, merges and sorts at the end: it decodes
@@ -375,6 +375,7 @@ def _decode_pieces(
     process's end, which a forked helper holds a copy of."""
     if inherited is not None:
         inherited.close()
+    keep_heap_for_pieces()  # as the reading loop of the parsing process does (malloc_tuning)
     gc.disable()  # as in the parsing process: millions of short-lived objects, no cycles
     builder = decoder.new_builder()
     failed = False
