@@ -6,6 +6,8 @@ function accepts arbitrary (overlapping, unsorted) input where noted and returns
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
@@ -144,18 +146,25 @@ def paint(within: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
     unique_points, last_index = _last_of_each_value(points)
     del points
     mask = mask[last_index[:-1]]  # the sets covering [unique_points[i], unique_points[i + 1])
-    # the layer each segment goes to: the first one covering it, len(layers) when none does; -1 outside within
-    owner_of_mask = np.full(1 << len(sets), -1, dtype=np.int8)
-    for value in range(1, 1 << len(sets), 2):  # within covers it
-        layer_bits = value >> 1
-        owner_of_mask[value] = (layer_bits & -layer_bits).bit_length() - 1 if layer_bits else len(layers)
-    owner = owner_of_mask[mask]
+    owner = _owner_of_mask(len(layers))[mask]
     seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
     shares = []
     for layer in range(len(layers) + 1):
         taken = owner == layer
         shares.append(_union_sorted(seg_starts[taken], seg_ends[taken]))
     return shares
+
+
+@cache
+def _owner_of_mask(layers: int) -> np.ndarray:
+    """For each coverage bitmask (bit 0: the window, bit k: layer k - 1), the layer its segment goes to: the
+    first one covering it, ``layers`` when none does; -1 outside the window."""
+    owner = np.full(1 << (layers + 1), -1, dtype=np.int8)
+    for value in range(1, 1 << (layers + 1), 2):  # the window covers it
+        layer_bits = value >> 1
+        owner[value] = (layer_bits & -layer_bits).bit_length() - 1 if layer_bits else layers
+    owner.flags.writeable = False  # shared by every call
+    return owner
 
 
 def total(a: IntervalSet) -> int:
