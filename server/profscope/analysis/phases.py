@@ -73,14 +73,15 @@ def model_phases(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str,
     result_steps = []
     by_step = stable_argsort(device_step)  # each step's device rows, found without a pass over all
     step_bounds = np.searchsorted(device_step[by_step], np.arange(len(steps.names) + 1))
+    host_by_step = _split_windows(host_sets, steps.host_starts_ns, steps.host_ends_ns)
     for index, name in enumerate(steps.names):
         window = (int(steps.host_starts_ns[index]), int(steps.host_ends_ns[index]))
-        host = _split({phase: intervals.clip(spans, *window) for phase, spans in host_sets.items()}, window)
+        host = {phase: int(lengths[index]) for phase, lengths in host_by_step.items()}
         in_step = by_step[step_bounds[index] : step_bounds[index + 1]]
         step_rows, step_phase = device_rows[in_step], device_phase[in_step]
         device_sets = {phase: _union(step_rows[step_phase == i], ts, end) for i, phase in enumerate(PHASES)}
         busy = _union(step_rows, ts, end)
-        device = _split(device_sets, None, busy)
+        device = _split(device_sets, busy)
         result_steps.append(
             {"step": name, "host_us": _us(window[1] - window[0])}
             | {f"{phase}_us": _us(host[phase]) for phase in (*PHASES, "other")}
@@ -94,14 +95,22 @@ def _union(rows: np.ndarray, ts: np.ndarray, end: np.ndarray) -> intervals.Inter
     return intervals.merge(ts[rows], end[rows])
 
 
-def _split(
-    sets: dict[str, intervals.IntervalSet], window: tuple[int, int] | None, whole: intervals.IntervalSet | None = None
-) -> dict[str, int]:
-    """Length of each phase inside ``whole`` (the window), earlier phases first; ``other`` is the rest."""
-    if whole is None:
-        whole = (np.array([window[0]], dtype=np.int64), np.array([window[1]], dtype=np.int64))
+def _split(sets: dict[str, intervals.IntervalSet], whole: intervals.IntervalSet) -> dict[str, int]:
+    """Length of each phase inside ``whole``, earlier phases first; ``other`` is the rest."""
     shares = intervals.paint(whole, [sets[phase] for phase in PHASES])
     return {phase: intervals.total(share) for phase, share in zip((*PHASES, "other"), shares, strict=True)}
+
+
+def _split_windows(
+    sets: dict[str, intervals.IntervalSet], starts: np.ndarray, ends: np.ndarray
+) -> dict[str, np.ndarray]:
+    """``_split`` of each window ``[starts[i], ends[i])``, all at once: a point goes to the same phase whichever
+    window holds it, so the union of the windows is shared out once and each window's share read off it."""
+    shares = intervals.paint(intervals.merge(starts, ends), [sets[phase] for phase in PHASES])
+    return {
+        phase: intervals.total_within(share, starts, ends)
+        for phase, share in zip((*PHASES, "other"), shares, strict=True)
+    }
 
 
 def _device_phase_and_step(
