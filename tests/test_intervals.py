@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profscope.analysis import intervals
+from profscope.analysis.phases import PHASES, _split_windows
 
 spans = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=12)
 
@@ -110,3 +111,18 @@ def test_paint_shares_a_window_by_priority_as_intersect_then_subtract(within: li
     for got, layer in zip(shares, [*sets, window], strict=True):
         assert _points(got) == free & _points(layer)
         free -= _points(got)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 15)), min_size=1, max_size=6), st.lists(spans, max_size=4))
+def test_paint_of_overlapping_windows_read_per_window_is_each_windows_own(windows: list, layers: list) -> None:
+    """What phases._split_windows relies on: a point goes to the same layer whichever window holds it."""
+    starts = np.array([s for s, _ in windows], dtype=np.int64)
+    ends = starts + np.array([d for _, d in windows], dtype=np.int64)
+    sets = {phase: _as_set(layers[i]) if i < len(layers) else intervals.empty() for i, phase in enumerate(PHASES)}
+    together = _split_windows(sets, starts, ends)
+    for index, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        window = (np.array([start], dtype=np.int64), np.array([end], dtype=np.int64))
+        alone = intervals.paint(window if end > start else intervals.empty(), [sets[p] for p in PHASES])
+        for phase, share in zip((*PHASES, "other"), alone, strict=True):
+            assert int(together[phase][index]) == intervals.total(share)
