@@ -91,7 +91,7 @@ def test_a_second_process_decoding_pieces_gives_identical_tables(
     thread_counts: list[int] = []
     each_on = kineto._each_on
 
-    def counting(threads: int, function, items):  # noqa: ANN001, ANN202 - kineto._each_on's
+    def counting(threads: int, function, items):
         thread_counts.append(threads)
         return each_on(threads, function, items)
 
