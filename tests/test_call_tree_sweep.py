@@ -71,3 +71,40 @@ def test_overlapping_ops_threads_and_runtime_calls(monkeypatch: pytest.MonkeyPat
     python, native = _trees(tables, monkeypatch)
     _assert_same(python, native)
     assert native.dropped == 1
+
+
+def _random_events(rng: np.random.Generator, count: int, in_time_order: bool) -> dict[str, np.ndarray]:
+    """Few distinct starts and durations (many exact ties), a few threads; sorted by (start, longest first) as
+    ingest leaves events, or in random order."""
+    ts = rng.integers(0, int(rng.integers(1, 40)), count)
+    dur = rng.integers(0, 4, count) * rng.integers(0, 12, count)
+    order = np.lexsort((-dur, ts)) if in_time_order else rng.permutation(count)
+    return {
+        "ts_ns": ts[order].astype(np.int64),
+        "dur_ns": dur[order].astype(np.int64),
+        "track": rng.integers(0, 3, count)[order].astype(np.int32),
+    }
+
+
+def test_nesting_in_row_order_is_the_sorted_sweep_on_edge_cases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C nesting straight from rows in time order (``nest_in_row_order``) gives the parents, drops and
+    enclosing ops of the Python sweep over rows sorted by (thread, start, longest first, host rows first)."""
+    rng = np.random.default_rng(5)
+    taken = 0
+    for case in range(400):
+        count = int(rng.integers(0, 60))
+        events = _random_events(rng, count, in_time_order=case % 4 != 0)
+        is_runtime = rng.integers(0, 3, count) == 0
+        host_rows = np.flatnonzero(~is_runtime)
+        host_rows = host_rows[np.argsort(events["track"][host_rows], kind="stable")]  # as build_call_tree has them
+        runtime_rows = np.flatnonzero(is_runtime)
+        columns = (events["ts_ns"], events["dur_ns"], events["track"], host_rows, runtime_rows)
+        taken += call_tree._call_tree_sweep.nest_in_row_order(*columns, call_tree.ROOT, call_tree.UNLINKED) is not None
+        native = call_tree._nest(host_rows, runtime_rows, events)
+        with monkeypatch.context() as python_only:
+            python_only.setattr(call_tree, "_call_tree_sweep", None)
+            python = call_tree._nest(host_rows, runtime_rows, events)
+        assert native[1] == python[1]
+        for ours, theirs in ((native[0], python[0]), (native[2], python[2])):
+            assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), case
+    assert 250 <= taken < 400  # the rows in time order took the row-order path, the shuffled ones mostly not

@@ -296,6 +296,21 @@ def _nest(
     a stack of open ops; runtime calls are leaves.
     """
     node_count = len(rows)
+    if _call_tree_sweep is not None:  # rows already in that order (ingest sorts them): no sort needed
+        columns = (np.ascontiguousarray(events[c], dtype=np.int64) for c in ("ts_ns", "dur_ns"))
+        track = np.asarray(events["track"])
+        track = track if track.dtype in (np.int32, np.int64) else track.astype(np.int64)
+        nested = _call_tree_sweep.nest_in_row_order(
+            *columns,
+            np.ascontiguousarray(track),
+            np.ascontiguousarray(rows, dtype=np.int64),
+            np.ascontiguousarray(runtime_rows, dtype=np.int64),
+            ROOT,
+            UNLINKED,
+        )
+        if nested is not None:
+            found = np.frombuffer(nested[0], dtype=np.int64)
+            return found[:node_count], nested[1], found[node_count:]
     all_rows = np.concatenate([rows, runtime_rows])
     starts = np.asarray(events["ts_ns"])[all_rows]
     durations = np.asarray(events["dur_ns"])[all_rows]

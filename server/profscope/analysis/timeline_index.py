@@ -37,6 +37,11 @@ from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
+try:
+    from profscope.analysis import _call_tree_sweep
+except ImportError:  # built without a compiler (optional): lane_depths in numpy
+    _call_tree_sweep = None
+
 INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
 LEVEL_FACTOR = 4
@@ -229,6 +234,10 @@ def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     count = len(start)
     if count == 0:
         return np.zeros(0, dtype=np.int32)
+    if _call_tree_sweep is not None:  # the same in one pass in C, when the starts are sorted
+        depth = _call_tree_sweep.lane_depths(*(np.ascontiguousarray(c, dtype=np.int64) for c in (start, end)))
+        if depth is not None:
+            return np.frombuffer(depth, dtype=np.int32)
     layout_end = np.maximum(end, start + 1)  # zero-length slices take a nanosecond of room
     closed_before = np.searchsorted(np.sort(layout_end), start, side="right")
     depth = (np.arange(count) - closed_before).astype(np.int32)
