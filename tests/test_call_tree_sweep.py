@@ -108,3 +108,36 @@ def test_nesting_in_row_order_is_the_sorted_sweep_on_edge_cases(monkeypatch: pyt
         for ours, theirs in ((native[0], python[0]), (native[2], python[2])):
             assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), case
     assert 250 <= taken < 400  # the rows in time order took the row-order path, the shuffled ones mostly not
+
+
+def test_tree_passes_in_node_order_are_the_passes_by_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C passes over nodes whose parents come first (``tree_down``, ``tree_up``) give the row owners, the
+    children's host time and the device / tensor-core totals of the passes level by level."""
+    rng = np.random.default_rng(9)
+    for case in range(300):
+        count = int(rng.integers(0, 80))
+        parent = np.array([int(rng.integers(-1, node)) if node else -1 for node in range(count)], dtype=np.int64)
+        is_row = rng.random(count) < rng.random()
+        is_cpu_op = rng.random(count) < 0.7
+        host_total = rng.integers(0, 1_000, count)
+        totals = [rng.integers(0, 50, count), rng.integers(0, 50, count), rng.random(count) < 0.2]
+        native_down = call_tree._pass_down(parent, is_row, host_total)
+        native_up = [values.copy() for values in totals]
+        call_tree._pass_up(parent, native_down[0], is_cpu_op, *native_up)
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(call_tree, "_call_tree_sweep", None)
+            levels, owner, children = call_tree._pass_down(parent, is_row, host_total)
+            numpy_up = [values.copy() for values in totals]
+            call_tree._pass_up(parent, levels, is_cpu_op, *numpy_up)
+        assert native_down[0] is None and levels is not None
+        for ours, theirs in zip((*native_down[1:], *native_up), (owner, children, *numpy_up), strict=True):
+            assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), case
+
+
+def test_tree_passes_refuse_a_parent_after_its_child() -> None:
+    parent = np.array([-1, 2, 0], dtype=np.int64)
+    flags, values = np.zeros(3, dtype=bool), np.zeros(3, dtype=np.int64)
+    assert call_tree._call_tree_sweep.tree_down(parent, flags, values, call_tree.ROOT) is None
+    assert call_tree._call_tree_sweep.tree_up(parent, flags, values, values.copy(), flags.copy()) is False
+    levels, _, _ = call_tree._pass_down(parent, flags, values)
+    assert levels is not None  # the passes by level instead

@@ -10,6 +10,12 @@
  * in start order in one pass (a heap of open ends) instead of a sort, a binary search per slice and a sort by
  * depth to check the rows; None when the starts are not sorted (lane_depths then does it in numpy).
  *
+ * tree_down(parent, is_row, host_total, root) and tree_up(parent, is_cpu_op, device_total, tc_total, tc_eligible):
+ * call_tree's passes over the tree (nearest operator row above each node and the host time each node gives to
+ * what is below it; device and tensor-core totals summed to the roots) as one loop over the nodes, when every
+ * parent comes before its children (the nodes of nest_in_row_order do): no depth of every node, no grouping by
+ * depth, no ufunc.at per level. tree_down returns None, tree_up False (arrays untouched) when a parent does not.
+ *
  * sweep(order, starts, ends, tracks, node_count, root, unlinked) -> (found: bytes of int64, dropped: int)
  * The inputs are int64 arrays sorted by (track, start, longest first); order[i] is the item at position i
  * (items >= node_count are runtime calls, leaves). found[i] is the enclosing node of position i, root, or
@@ -26,9 +32,10 @@ typedef struct {
     int held;
 } Column;
 
-/* A 1-D integer column of `itemsize` bytes (8: int64, 4: int32, 0: either); length -1: any. */
-static int get_int_column(PyObject *object, Column *column, Py_ssize_t length, Py_ssize_t itemsize) {
-    if (PyObject_GetBuffer(object, &column->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+/* A 1-D integer column of `itemsize` bytes (8: int64, 4: int32, 0: either); length -1: any; flags: extra buffer
+ * flags (PyBUF_WRITABLE for a column written in place). */
+static int get_column_of(PyObject *object, Column *column, Py_ssize_t length, Py_ssize_t itemsize, int flags) {
+    if (PyObject_GetBuffer(object, &column->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | flags) < 0) return -1;
     column->held = 1;
     const char *format = column->view.format;
     if (format != NULL && (format[0] == '<' || format[0] == '=')) format++;
@@ -46,6 +53,10 @@ static int get_int_column(PyObject *object, Column *column, Py_ssize_t length, P
         return -1;
     }
     return 0;
+}
+
+static int get_int_column(PyObject *object, Column *column, Py_ssize_t length, Py_ssize_t itemsize) {
+    return get_column_of(object, column, length, itemsize, 0);
 }
 
 static int get_column(PyObject *object, Column *column, Py_ssize_t length) {
@@ -358,7 +369,116 @@ done:
     return result;
 }
 
+/* A 1-D bool column (numpy's '?'), writable when asked. */
+static int get_bool_column(PyObject *object, Column *column, Py_ssize_t length, int writable) {
+    if (PyObject_GetBuffer(object, &column->view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) <
+        0)
+        return -1;
+    column->held = 1;
+    if (column->view.itemsize != 1 || column->view.format == NULL || strcmp(column->view.format, "?") != 0) {
+        PyErr_SetString(PyExc_TypeError, "the flags must be bool arrays");
+        return -1;
+    }
+    if (column->view.len != length) {
+        PyErr_SetString(PyExc_ValueError, "the columns must have the same length");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether every node's parent comes before it (parent[n] < n, negative for none): then one pass in index order
+ * visits parents before their children, and one in reverse order children before their parents. */
+static int parents_first(const int64_t *parent, Py_ssize_t count) {
+    for (Py_ssize_t n = 0; n < count; n++)
+        if (parent[n] >= n) return 0;
+    return 1;
+}
+
+static PyObject *tree_down(PyObject *module, PyObject *args) {
+    PyObject *objects[3];
+    long long root;
+    if (!PyArg_ParseTuple(args, "OOOL", &objects[0], &objects[1], &objects[2], &root)) return NULL;
+    Column columns[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    PyObject *owner_bytes = NULL, *children_bytes = NULL, *result = NULL;
+    if (get_int_column(objects[0], &columns[0], -1, 8) < 0) goto done;
+    Py_ssize_t count = columns[0].view.len / 8;
+    if (get_bool_column(objects[1], &columns[1], count, 0) < 0 || get_int_column(objects[2], &columns[2], count, 8) < 0)
+        goto done;
+    const int64_t *parent = columns[0].view.buf, *host_total = columns[2].view.buf;
+    const char *is_row = columns[1].view.buf;
+    if (!parents_first(parent, count)) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    owner_bytes = PyByteArray_FromStringAndSize(NULL, count * 8);
+    children_bytes = PyByteArray_FromStringAndSize(NULL, count * 8);
+    if (owner_bytes == NULL || children_bytes == NULL) goto done;
+    int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_bytes);
+    int64_t *children = (int64_t *)PyByteArray_AS_STRING(children_bytes);
+    Py_BEGIN_ALLOW_THREADS;
+    memset(children, 0, sizeof(int64_t) * (size_t)count);
+    for (Py_ssize_t n = 0; n < count; n++) {
+        int64_t p = parent[n];
+        owner[n] = is_row[n] ? n : p >= 0 ? owner[p] : root;
+        if (p < 0) continue;
+        if (!is_row[p]) children[p] += host_total[n]; /* a non-row gives its time to its children */
+        if (is_row[n] && owner[p] >= 0) children[owner[p]] += host_total[n]; /* a row, to the rows nearest below */
+    }
+    Py_END_ALLOW_THREADS;
+    result = Py_BuildValue("(OO)", owner_bytes, children_bytes);
+done:
+    for (int i = 0; i < 3; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    Py_XDECREF(owner_bytes);
+    Py_XDECREF(children_bytes);
+    return result;
+}
+
+static PyObject *tree_up(PyObject *module, PyObject *args) {
+    PyObject *objects[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4]))
+        return NULL;
+    Column columns[5] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    PyObject *result = NULL;
+    if (get_int_column(objects[0], &columns[0], -1, 8) < 0) goto done;
+    Py_ssize_t count = columns[0].view.len / 8;
+    if (get_bool_column(objects[1], &columns[1], count, 0) < 0) goto done;
+    for (int i = 2; i < 4; i++)
+        if (get_column_of(objects[i], &columns[i], count, 8, PyBUF_WRITABLE) < 0) goto done;
+    if (get_bool_column(objects[4], &columns[4], count, 1) < 0) goto done;
+    const int64_t *parent = columns[0].view.buf;
+    const char *is_cpu_op = columns[1].view.buf;
+    int64_t *device_total = columns[2].view.buf, *tc_total = columns[3].view.buf;
+    char *tc_eligible = columns[4].view.buf;
+    if (!parents_first(parent, count)) {
+        result = Py_False;
+        Py_INCREF(result);
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t n = count - 1; n >= 0; n--) { /* children first: a node's sums are final when it is reached */
+        int64_t p = parent[n];
+        if (p < 0) continue;
+        device_total[p] += device_total[n];
+        tc_total[p] += tc_total[n];
+        if (tc_eligible[n] && is_cpu_op[p]) tc_eligible[p] = 1;
+    }
+    Py_END_ALLOW_THREADS;
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < 5; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"tree_down", tree_down, METH_VARARGS,
+     "tree_down(parent, is_row, host_total, root) -> (row_owner int64 bytearray, children_time int64 bytearray) "
+     "or None"},
+    {"tree_up", tree_up, METH_VARARGS,
+     "tree_up(parent, is_cpu_op, device_total, tc_total, tc_eligible) -> bool: totals summed up in place"},
     {"nest_in_row_order", nest_in_row_order, METH_VARARGS,
      "nest_in_row_order(ts, dur, track, host_rows, runtime_rows, root, unlinked) -> (found int64 bytes, dropped) "
      "or None"},
