@@ -320,7 +320,9 @@ def _levels_match(lane_offsets, start, end, name):
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
+    inputs = [values.copy() for values in (start, end, name)]
     got = _build_levels(lane_offsets, start, end, name, duration)
+    assert all(np.array_equal(a, b) for a, b in zip(inputs, (start, end, name), strict=True))  # merged in copies
     want = _reference_levels(lane_offsets, start, end, name, duration)
     assert got[1] == want[1]
     assert [level for level, _ in got[0]] == [level for level, _ in want[0]]
@@ -330,8 +332,20 @@ def _levels_match(lane_offsets, start, end, name):
     return got
 
 
+@pytest.fixture(params=["native", "numpy"])
+def merge_path(request, monkeypatch):
+    """Each level merged in C (``_call_tree_sweep.merge_level``) or in numpy (``_merge_level``)."""
+    from profscope.analysis import timeline_index
+
+    if request.param == "numpy":
+        monkeypatch.setattr(timeline_index, "_call_tree_sweep", None)
+    else:
+        assert timeline_index._call_tree_sweep is not None
+    return request.param
+
+
 @pytest.mark.parametrize("name", ["tinygpt_cpu", "negative_queue_a100"])
-def test_levels_match_the_reference_on_real_traces(name):
+def test_levels_match_the_reference_on_real_traces(name, merge_path):
     """Levels carried from level to level are the levels gathered from the raw slices at each level."""
     with open(corpus_file(TRACES[name]), "rb") as raw:
         tables = parse_trace(raw, use_second_core=False)
@@ -344,7 +358,7 @@ def test_levels_match_the_reference_on_real_traces(name):
     assert levels  # the trace has coarser levels to compare
 
 
-def test_levels_match_the_reference_on_edge_cases():
+def test_levels_match_the_reference_on_edge_cases(merge_path):
     _levels_match([0], [], [], [])
     _levels_match([0, 1], [5], [10], [3])
     _levels_match([0, 0, 1, 1], [0], [5_000_000], [2])  # empty lanes around a lone wide slice

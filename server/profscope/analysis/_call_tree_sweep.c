@@ -16,6 +16,10 @@
  * parent comes before its children (the nodes of nest_in_row_order do): no depth of every node, no grouping by
  * depth, no ufunc.at per level. tree_down returns None, tree_up False (arrays untouched) when a parent does not.
  *
+ * merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> new count: one level of
+ * timeline_index._build_levels (the items of the level below merged where no gap or lone wide slice breaks
+ * them) in one pass, written in place over the first items: no break mask, group sums or argmax temporaries.
+ *
  * sweep(order, starts, ends, tracks, node_count, root, unlinked) -> (found: bytes of int64, dropped: int)
  * The inputs are int64 arrays sorted by (track, start, longest first); order[i] is the item at position i
  * (items >= node_count are runtime calls, leaves). found[i] is the enclosing node of position i, root, or
@@ -473,7 +477,107 @@ done:
     return result;
 }
 
+static inline void column_set(Column *column, Py_ssize_t i, int64_t value) {
+    if (column->view.itemsize == 4)
+        ((int32_t *)column->view.buf)[i] = (int32_t)value;
+    else
+        ((int64_t *)column->view.buf)[i] = value;
+}
+
+static PyObject *merge_level(PyObject *module, PyObject *args) {
+    long long threshold;
+    Py_ssize_t count;
+    PyObject *objects[7];
+    if (!PyArg_ParseTuple(args, "LnOOOOOOO", &threshold, &count, &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4], &objects[5], &objects[6]))
+        return NULL;
+    Column columns[7] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    PyObject *result = NULL;
+    /* lane_first (bool), name (int32), busy (int64), slices (int32/64), start, end (int64), cuts (int32/64) */
+    static const Py_ssize_t sizes[7] = {1, 4, 8, 0, 8, 8, 0};
+    for (int i = 0; i < 7; i++) {
+        if (i == 0) {
+            if (PyObject_GetBuffer(objects[0], &columns[0].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+                goto done;
+            columns[0].held = 1;
+            if (columns[0].view.itemsize != 1 || columns[0].view.format == NULL ||
+                strcmp(columns[0].view.format, "?") != 0) {
+                PyErr_SetString(PyExc_TypeError, "merge_level: lane_first must be a bool array");
+                goto done;
+            }
+        } else if (get_column_of(objects[i], &columns[i], -1, sizes[i], PyBUF_WRITABLE) < 0) {
+            goto done;
+        }
+        if (count < 0 || columns[i].view.len / columns[i].view.itemsize < count) {
+            PyErr_SetString(PyExc_ValueError, "merge_level: a column is shorter than the item count");
+            goto done;
+        }
+    }
+    char *lane_first = columns[0].view.buf;
+    int32_t *name = columns[1].view.buf;
+    int64_t *busy = columns[2].view.buf, *start = columns[4].view.buf, *end = columns[5].view.buf;
+    Column *slices = &columns[3], *cuts = &columns[6];
+    Py_ssize_t kept = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    /* the item being merged into (its first item's fields) and the previous item's, read before slot `kept`
+     * (never after the item being read) is overwritten */
+    int64_t group_start = 0, group_end = 0, group_busy = 0, group_slices = 0, group_cut = 0, best_busy = 0;
+    int32_t best_name = 0;
+    char group_lane_first = 0;
+    int previous_wide = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t item_start = start[i], item_end = end[i], item_busy = busy[i], item_slices = column_at(slices, i);
+        int wide = item_slices == 1 && item_end - item_start >= threshold;
+        int is_break =
+            i == 0 || lane_first[i] || wide || previous_wide || item_start - group_end >= threshold;
+        if (is_break) {
+            if (i > 0) {
+                lane_first[kept] = group_lane_first;
+                name[kept] = best_name;
+                busy[kept] = group_busy;
+                column_set(slices, kept, group_slices);
+                start[kept] = group_start;
+                end[kept] = group_end;
+                column_set(cuts, kept, group_cut);
+                kept++;
+            }
+            group_start = item_start;
+            group_busy = 0;
+            group_slices = 0;
+            group_cut = column_at(cuts, i);
+            group_lane_first = lane_first[i];
+            best_busy = item_busy;
+            best_name = name[i];
+        } else if (item_busy > best_busy) { /* the first item of the most busy time names the merged one */
+            best_busy = item_busy;
+            best_name = name[i];
+        }
+        group_busy += item_busy;
+        group_slices += item_slices;
+        group_end = item_end;
+        previous_wide = wide;
+    }
+    if (count > 0) {
+        lane_first[kept] = group_lane_first;
+        name[kept] = best_name;
+        busy[kept] = group_busy;
+        column_set(slices, kept, group_slices);
+        start[kept] = group_start;
+        end[kept] = group_end;
+        column_set(cuts, kept, group_cut);
+        kept++;
+    }
+    Py_END_ALLOW_THREADS;
+    result = PyLong_FromSsize_t(kept);
+done:
+    for (int i = 0; i < 7; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"merge_level", merge_level, METH_VARARGS,
+     "merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> merged count (in place)"},
     {"tree_down", tree_down, METH_VARARGS,
      "tree_down(parent, is_row, host_total, root) -> (row_owner int64 bytearray, children_time int64 bytearray) "
      "or None"},
