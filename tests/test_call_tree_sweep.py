@@ -141,3 +141,26 @@ def test_tree_passes_refuse_a_parent_after_its_child() -> None:
     assert call_tree._call_tree_sweep.tree_up(parent, flags, values, values.copy(), flags.copy()) is False
     levels, _, _ = call_tree._pass_down(parent, flags, values)
     assert levels is not None  # the passes by level instead
+
+
+def test_merged_aliases_in_node_order_are_the_pointer_jumping_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``merge_aliases`` (C, parents first) collapses chains of same-name single cpu_op children as the numpy
+    pointer jumping does; dropped nodes (UNLINKED) have no parent."""
+    rng = np.random.default_rng(13)
+    for case in range(300):
+        count = int(rng.integers(0, 60))
+        # often the node just before (chains of single children), else any earlier node, ROOT or UNLINKED
+        parent = np.array(
+            [node - 1 if rng.random() < 0.5 else int(rng.integers(-2, node)) if node else -1 for node in range(count)],
+            dtype=np.int64,
+        )
+        is_cpu_op = rng.random(count) < 0.8
+        names = rng.integers(0, 3, count).astype(np.int32)
+        assert call_tree._call_tree_sweep.merge_aliases(parent, is_cpu_op, names) is not None  # the C loop
+        native = call_tree._merge_single_same_name_children(parent, is_cpu_op, names)
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(call_tree, "_call_tree_sweep", None)
+            reference = call_tree._merge_single_same_name_children(parent, is_cpu_op, names)
+        assert native.dtype == reference.dtype and np.array_equal(native, reference), case
+    unordered = np.array([-1, 2, 0], dtype=np.int64)
+    assert call_tree._call_tree_sweep.merge_aliases(unordered, np.ones(3, bool), np.zeros(3, np.int32)) is None

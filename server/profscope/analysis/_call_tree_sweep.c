@@ -16,6 +16,9 @@
  * parent comes before its children (the nodes of nest_in_row_order do): no depth of every node, no grouping by
  * depth, no ufunc.at per level. tree_down returns None, tree_up False (arrays untouched) when a parent does not.
  *
+ * merge_aliases(parent, is_cpu_op, names) -> alias or None: call_tree._merge_single_same_name_children in two
+ * loops over nodes whose parents come first (the child counts, then each node's alias from its parent's).
+ *
  * merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> new count: one level of
  * timeline_index._build_levels (the items of the level below merged where no gap or lone wide slice breaks
  * them) in one pass, written in place over the first items: no break mask, group sums or argmax temporaries.
@@ -575,7 +578,53 @@ done:
     return result;
 }
 
+static PyObject *merge_aliases(PyObject *module, PyObject *args) {
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, "OOO", &objects[0], &objects[1], &objects[2])) return NULL;
+    Column columns[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    PyObject *alias_bytes = NULL, *result = NULL;
+    int64_t *child_count = NULL;
+    if (get_int_column(objects[0], &columns[0], -1, 8) < 0) goto done;
+    Py_ssize_t count = columns[0].view.len / 8;
+    if (get_bool_column(objects[1], &columns[1], count, 0) < 0 || get_int_column(objects[2], &columns[2], count, 0) < 0)
+        goto done;
+    const int64_t *parent = columns[0].view.buf;
+    const char *is_cpu_op = columns[1].view.buf;
+    if (!parents_first(parent, count)) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    child_count = calloc((size_t)count + 1, sizeof(int64_t));
+    alias_bytes = PyByteArray_FromStringAndSize(NULL, count * 8);
+    if (child_count == NULL || alias_bytes == NULL) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *alias = (int64_t *)PyByteArray_AS_STRING(alias_bytes);
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t n = 0; n < count; n++)
+        if (parent[n] >= 0) child_count[parent[n]]++;
+    for (Py_ssize_t n = 0; n < count; n++) { /* the parent's alias is final already: a chain collapses to its top */
+        int64_t p = parent[n];
+        int merged = p >= 0 && child_count[p] == 1 && is_cpu_op[n] && is_cpu_op[p] &&
+                     column_at(&columns[2], n) == column_at(&columns[2], p);
+        alias[n] = merged ? alias[p] : n;
+    }
+    Py_END_ALLOW_THREADS;
+    result = alias_bytes;
+    Py_INCREF(result);
+done:
+    for (int i = 0; i < 3; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    free(child_count);
+    Py_XDECREF(alias_bytes);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"merge_aliases", merge_aliases, METH_VARARGS,
+     "merge_aliases(parent, is_cpu_op, names) -> alias int64 bytearray, or None when a parent comes after its child"},
     {"merge_level", merge_level, METH_VARARGS,
      "merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> merged count (in place)"},
     {"tree_down", tree_down, METH_VARARGS,

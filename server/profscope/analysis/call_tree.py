@@ -143,7 +143,12 @@ def build_call_tree(tables: TraceTables) -> CallTree:
 
 
 def _merge_single_same_name_children(parent: np.ndarray, is_cpu_op: np.ndarray, names: np.ndarray) -> np.ndarray:
-    """``alias[node]``: the node it merges into (itself when it stays)."""
+    """``alias[node]``: the node it merges into (itself when it stays); in C when parents come before their
+    children (the row-order nesting numbers nodes so)."""
+    if _call_tree_sweep is not None:
+        alias = _call_tree_sweep.merge_aliases(parent, is_cpu_op, np.ascontiguousarray(names))
+        if alias is not None:
+            return np.frombuffer(alias, dtype=np.int64)
     child_count = np.bincount(parent[parent >= 0], minlength=len(parent))
     has_parent = np.flatnonzero(parent >= 0)
     single = has_parent[child_count[parent[has_parent]] == 1]  # the only child of its parent
