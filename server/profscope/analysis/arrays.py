@@ -170,7 +170,7 @@ def match_occurrence(
     """For each query, ``values[i]`` of the first (``last``: the last) ``i`` whose key equals it, else ``missing``
     (int64): ``match_keys`` of the keys' first or last occurrences. Integer keys of a small range (event ids:
     External id, correlation) are found by counting, O(n), instead of a sort of the keys and a binary search per
-    query: the call tree matches ~1M runtime calls to ~2M ops and ~1M kernels to their launches (~4x less CPU)."""
+    query: ~2x less CPU matching resnet50_x1GB's 0.4M runtime calls to the External ids of its 0.7M ops."""
     keys, queries = np.asarray(keys), np.asarray(queries)
     dense = _dense_offset(keys) if queries.dtype.kind in "iub" else None
     if dense is None:

@@ -114,7 +114,8 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         row_owner,
     )
     device_op_row = lookup(row_owner, device_node, ROOT)
-    del levels, row_owner, children_time, host_total, runtime_inside, runtime_node, live_parent, alias  # room
+    # room for the tree's own arrays
+    del levels, row_owner, children_time, host_total, runtime_inside, runtime_node, live_parent, alias
 
     keep = np.flatnonzero(live)
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
