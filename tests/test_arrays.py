@@ -16,6 +16,7 @@ from profscope.analysis.arrays import (
     group_ids,
     is_one_of,
     lookup,
+    match_occurrence,
     rows_by_value,
     stable_argsort,
     unique_inverse,
@@ -175,3 +176,40 @@ def test_first_seen_numbering_matches_a_setdefault_loop(values: list[int]) -> No
     want = [ids.setdefault(v, len(ids)) for v in values]
     number, distinct = first_seen_numbering(np.array(values, dtype=np.int64))
     assert number.tolist() == want and distinct.tolist() == list(ids)
+
+
+def _occurrence_by_loop(keys: list[int], values: list[int], queries: list[int], missing: int, last: bool) -> list[int]:
+    owner: dict[int, int] = {}
+    for key, value in zip(keys, values, strict=True):
+        if last or key not in owner:
+            owner[key] = value
+    return [owner.get(query, missing) for query in queries]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(-5, 40), max_size=40),
+    st.lists(st.integers(-(2**62), 2**62) | st.integers(-8, 45), max_size=30),
+    st.booleans(),
+    st.booleans(),
+)
+def test_match_occurrence_is_the_first_or_last_equal_key(keys: list[int], queries: list[int], last: bool, wide: bool):
+    """Both paths (counting for a small key range, sorting for a wide one) give a loop's first / last match."""
+    key_array = np.array(keys, dtype=np.int64) * (2**40 if wide else 1)
+    query_array = np.array(queries, dtype=np.int64) * (2**20 if wide else 1)
+    values = np.arange(100, 100 + len(keys))
+    got = match_occurrence(key_array, values, query_array, -7, last=last)
+    assert got.dtype == np.int64
+    want = _occurrence_by_loop(key_array.tolist(), values.tolist(), query_array.tolist(), -7, last)
+    assert got.tolist() == want
+
+
+def test_match_occurrence_on_large_dense_and_sparse_keys() -> None:
+    rng = np.random.default_rng(3)
+    for span in (50_000, 10**12):  # the counting path, then the sorting path
+        keys = rng.integers(0, span, 200_000)
+        queries = np.concatenate([rng.choice(keys, 50_000), rng.integers(-5, span + 5, 50_000)])
+        values = rng.integers(0, 1000, len(keys))
+        for last in (False, True):
+            got = match_occurrence(keys, values, queries, -1, last=last)
+            assert got.tolist() == _occurrence_by_loop(keys.tolist(), values.tolist(), queries.tolist(), -1, last)

@@ -320,7 +320,9 @@ def _levels_match(lane_offsets, start, end, name):
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
+    inputs = [values.copy() for values in (start, end, name)]
     got = _build_levels(lane_offsets, start, end, name, duration)
+    assert all(np.array_equal(a, b) for a, b in zip(inputs, (start, end, name), strict=True))  # merged in copies
     want = _reference_levels(lane_offsets, start, end, name, duration)
     assert got[1] == want[1]
     assert [level for level, _ in got[0]] == [level for level, _ in want[0]]
@@ -330,8 +332,20 @@ def _levels_match(lane_offsets, start, end, name):
     return got
 
 
+@pytest.fixture(params=["native", "numpy"])
+def merge_path(request, monkeypatch):
+    """Each level merged in C (``_call_tree_sweep.merge_level``) or in numpy (``_merge_level``)."""
+    from profscope.analysis import timeline_index
+
+    if request.param == "numpy":
+        monkeypatch.setattr(timeline_index, "_call_tree_sweep", None)
+    else:
+        assert timeline_index._call_tree_sweep is not None
+    return request.param
+
+
 @pytest.mark.parametrize("name", ["tinygpt_cpu", "negative_queue_a100"])
-def test_levels_match_the_reference_on_real_traces(name):
+def test_levels_match_the_reference_on_real_traces(name, merge_path):
     """Levels carried from level to level are the levels gathered from the raw slices at each level."""
     with open(corpus_file(TRACES[name]), "rb") as raw:
         tables = parse_trace(raw, use_second_core=False)
@@ -344,7 +358,7 @@ def test_levels_match_the_reference_on_real_traces(name):
     assert levels  # the trace has coarser levels to compare
 
 
-def test_levels_match_the_reference_on_edge_cases():
+def test_levels_match_the_reference_on_edge_cases(merge_path):
     _levels_match([0], [], [], [])
     _levels_match([0, 1], [5], [10], [3])
     _levels_match([0, 0, 1, 1], [0], [5_000_000], [2])  # empty lanes around a lone wide slice
@@ -373,3 +387,56 @@ def test_an_index_written_as_it_is_built_is_the_index_saved_at_the_end(indexed, 
     for name in saved_files:
         assert (tmp_path / "saved" / name).read_bytes() == (tmp_path / "written" / name).read_bytes(), name
     assert written.info == index.info and not list(tmp_path.glob("*.tmp*"))  # no staging folder left
+
+
+def _numpy_lane_depths(start, end, monkeypatch):
+    from profscope.analysis import timeline_index
+
+    with monkeypatch.context() as numpy_only:
+        numpy_only.setattr(timeline_index, "_call_tree_sweep", None)
+        return lane_depths(start, end)
+
+
+@pytest.mark.parametrize("name", ["tinygpt_cpu", "negative_queue_a100"])
+def test_native_lane_depths_match_numpy_on_real_traces(name, monkeypatch):
+    """The one-pass C lane depths (``_call_tree_sweep.lane_depths``) are numpy's on every track of real traces."""
+    from profscope.analysis import timeline_index
+    from profscope.analysis.arrays import rows_by_value
+
+    assert timeline_index._call_tree_sweep is not None
+    with open(corpus_file(TRACES[name]), "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    start = np.asarray(tables.events["ts_ns"], dtype=np.int64)
+    end = start + np.maximum(np.asarray(tables.events["dur_ns"], dtype=np.int64), 0)
+    for rows in rows_by_value(np.asarray(tables.events["track"])).values():
+        native, numpy_depth = (
+            lane_depths(start[rows], end[rows]),
+            _numpy_lane_depths(start[rows], end[rows], monkeypatch),
+        )
+        assert native.dtype == numpy_depth.dtype == np.int32 and np.array_equal(native, numpy_depth)
+
+
+def test_native_lane_depths_match_numpy_on_edge_cases(monkeypatch):
+    """Nested, misnested (kept count or greedy rows), zero lengths, equal starts and ends, unsorted starts."""
+    cases = [
+        ([], []),
+        ([5], [5]),
+        ([0, 0, 0], [0, 0, 0]),  # zero lengths at one time: each takes a nanosecond, so they stack
+        ([0, 0, 10, 10], [10, 10, 10, 20]),
+        ([0, 2, 3], [5, 4, 8]),  # the third starts inside the first and ends after it
+        ([0, 5, 1], [10, 6, 3]),  # starts out of order: numpy's own path
+    ]
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        count = int(rng.integers(1, 60))
+        start = np.sort(rng.integers(0, int(rng.integers(1, 80)), count))
+        end = start + rng.integers(0, 30, count) * rng.integers(0, 2, count)
+        nested = np.sort(rng.integers(0, 50, count))  # mostly nesting: a parent covers its next few starts
+        cases.append((start, end))
+        cases.append((nested, nested + rng.integers(0, 3, count) * (count - np.arange(count))))
+        cases.append((rng.integers(0, 40, count), rng.integers(40, 80, count)))  # unsorted
+    for start, end in cases:
+        start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+        native, numpy_depth = lane_depths(start, end), _numpy_lane_depths(start, end, monkeypatch)
+        assert native.dtype == numpy_depth.dtype == np.int32, (start, end)
+        assert np.array_equal(native, numpy_depth), (start.tolist(), end.tolist())

@@ -165,6 +165,32 @@ def match_keys(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, missin
     return np.where(keys[position] == queries, np.asarray(values)[position], missing).astype(np.int64)
 
 
+def match_occurrence(
+    keys: np.ndarray, values: np.ndarray, queries: np.ndarray, missing: int, last: bool = False
+) -> np.ndarray:
+    """For each query, ``values[i]`` of the first (``last``: the last) ``i`` whose key equals it, else ``missing``
+    (int64): ``match_keys`` of the keys' first or last occurrences. Integer keys of a small range (event ids:
+    External id, correlation) are found by counting, O(n), instead of a sort of the keys and a binary search per
+    query: ~2x less CPU matching resnet50_x1GB's 0.4M runtime calls to the External ids of its 0.7M ops."""
+    keys, queries = np.asarray(keys), np.asarray(queries)
+    dense = _dense_offset(keys) if queries.dtype.kind in "iub" else None
+    if dense is None:
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        change = ordered[1:] != ordered[:-1]
+        pick = np.append(change, True) if last else np.append(True, change)
+        pick = pick[: len(keys)]
+        return match_keys(ordered[pick], np.asarray(values)[order[pick]], queries, missing)
+    offset, low, span = dense
+    count = len(keys)
+    position = np.full(span, -1 if last else count, dtype=np.int64)
+    (np.maximum if last else np.minimum).at(position, offset, np.arange(count, dtype=np.int64))
+    inside = (queries >= low) & (queries < low + span)
+    found = position[np.where(inside, queries.astype(np.int64) - low, 0)]
+    found = np.where(inside & (found >= 0) & (found < count), found, -1)
+    return lookup(np.asarray(values), found, missing).astype(np.int64)
+
+
 def by_level(depth: np.ndarray) -> list[np.ndarray]:
     """The nodes at each depth (0, 1, ...), each in increasing index order: the same as
     ``np.flatnonzero(depth == level)`` for every level, in one sort instead of one pass over all nodes

@@ -34,8 +34,13 @@ import numpy as np
 from profscope.analysis import intervals
 from profscope.analysis.arrays import is_one_of, rows_by_value, stable_argsort, unique_values
 from profscope.analysis.device_activity import busy_by_device, device_kernels
-from profscope.analysis.name_rules import is_profiler_step
+from profscope.analysis.name_rules import is_profiler_step, string_mask
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
+
+try:
+    from profscope.analysis import _call_tree_sweep
+except ImportError:  # built without a compiler (optional): lane_depths in numpy
+    _call_tree_sweep = None
 
 INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
@@ -229,6 +234,10 @@ def lane_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     count = len(start)
     if count == 0:
         return np.zeros(0, dtype=np.int32)
+    if _call_tree_sweep is not None:  # the same in one pass in C, when the starts are sorted
+        depth = _call_tree_sweep.lane_depths(*(np.ascontiguousarray(c, dtype=np.int64) for c in (start, end)))
+        if depth is not None:
+            return np.frombuffer(depth, dtype=np.int32)
     layout_end = np.maximum(end, start + 1)  # zero-length slices take a nanosecond of room
     closed_before = np.searchsorted(np.sort(layout_end), start, side="right")
     depth = (np.arange(count) - closed_before).astype(np.int32)
@@ -281,29 +290,57 @@ def _build_levels(
     thresholds: list[int] = []
     last_kept_size = total
     level, threshold = 0, LEVEL_BASE_NS
+    # in C each level is merged in one pass over the items, in place: copies of the arrays the caller keeps
+    merge_level = _call_tree_sweep.merge_level if _call_tree_sweep is not None else None
+    if merge_level is not None:
+        item_name, item_start, item_end = item_name.copy(), item_start.copy(), item_end.copy()
+        columns = (lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts)
     while len(cuts) > lanes and threshold <= max(duration, 1) * LEVEL_FACTOR:
         level += 1
-        single_wide = (item_slices == 1) & (item_end - item_start >= threshold)
-        breaks = lane_first | single_wide
-        breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
-        breaks[0] = True
-        del single_wide
-        if not breaks.all():  # else every item stays as it is
-            firsts = np.flatnonzero(breaks)
-            last = np.empty_like(breaks)
-            last[:-1], last[-1] = breaks[1:], True
-            item_name = item_name[_argmax_per_group(item_busy, firsts)]
-            item_busy = _sum_per_group(item_busy, firsts)
-            item_slices = _sum_per_group(item_slices, firsts)
-            item_start, item_end = item_start[breaks], item_end[last]
-            lane_first, cuts = lane_first[breaks], cuts[breaks]
-            del firsts, last
+        if merge_level is not None:
+            count = merge_level(threshold, len(cuts), *columns)
+            lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts = (c[:count] for c in columns)
+        else:
+            lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts = _merge_level(
+                threshold, lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
+            )
         if len(cuts) <= last_kept_size // 2:
             kept.append((level, (np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))))
             thresholds.append(threshold)
             last_kept_size = len(cuts)
         threshold *= LEVEL_FACTOR
     return kept, thresholds
+
+
+def _merge_level(
+    threshold: int,
+    lane_first: np.ndarray,
+    item_name: np.ndarray,
+    item_busy: np.ndarray,
+    item_slices: np.ndarray,
+    item_start: np.ndarray,
+    item_end: np.ndarray,
+    cuts: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """The items of one level from those of the level below (``_call_tree_sweep.merge_level`` in numpy): a lane's
+    first item, a lone slice at least ``threshold`` long and a gap at least that long break; each merged item is
+    named by its first item of the most busy time."""
+    single_wide = (item_slices == 1) & (item_end - item_start >= threshold)
+    breaks = lane_first | single_wide
+    breaks[1:] |= single_wide[:-1] | (item_start[1:] - item_end[:-1] >= threshold)
+    breaks[0] = True
+    del single_wide
+    if breaks.all():  # every item stays as it is
+        return lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
+    firsts = np.flatnonzero(breaks)
+    last = np.empty_like(breaks)
+    last[:-1], last[-1] = breaks[1:], True
+    item_name = item_name[_argmax_per_group(item_busy, firsts)]
+    item_busy = _sum_per_group(item_busy, firsts)
+    item_slices = _sum_per_group(item_slices, firsts)
+    item_start, item_end = item_start[breaks], item_end[last]
+    lane_first, cuts = lane_first[breaks], cuts[breaks]
+    return lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
 
 
 def _argmax_per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
@@ -336,11 +373,14 @@ def _sum_per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
 
 # ---- tracks and groups ----------------------------------------------------------------------
 def _profiler_step_rows(tables: TraceTables, kind: np.ndarray) -> np.ndarray:
-    step_names = [i for i, s in enumerate(tables.strings.strings) if is_profiler_step(s)]
-    if not step_names:
+    is_step_name = string_mask(tables.strings, is_profiler_step)
+    if not is_step_name.any():
         return np.zeros(0, dtype=np.int64)
     host = is_one_of(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY])
-    return np.flatnonzero(host & np.isin(np.asarray(tables.events["name"]), step_names))
+    names = np.asarray(tables.events["name"])
+    # a lookup per row in the mask over string ids (np.isin sorts the 3M names of a 1 GB trace: ~30 ms)
+    named = is_step_name[names] if names.min(initial=0) >= 0 else np.isin(names, np.flatnonzero(is_step_name))
+    return np.flatnonzero(host & named)
 
 
 def _is_device_track(track: Track, kinds_on_track: set[int]) -> bool:
