@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from conftest import corpus_file
-from profscope.analysis import call_tree
+from profscope.analysis import call_tree, native
 from profscope.analysis.call_tree import CallTree, build_call_tree
 from profscope.ingest.kineto import parse_trace, parse_trace_file
 
@@ -41,7 +41,23 @@ def _assert_same(python: CallTree, native: CallTree) -> None:
 
 
 def test_the_extension_is_built() -> None:
+    # built, and from this source: an extension without every function the code calls is not used at all
+    # (analysis/native.py), and every comparison below would compare numpy with itself
     assert call_tree._call_tree_sweep is not None
+    assert all(hasattr(call_tree._call_tree_sweep, name) for name in native.FUNCTIONS)
+
+
+def test_an_extension_built_from_older_source_is_left_for_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from profscope.analysis import _call_tree_sweep
+
+    monkeypatch.delattr(_call_tree_sweep, "tree_up")
+    native.call_tree_sweep.cache_clear()
+    try:
+        assert native.call_tree_sweep() is None
+    finally:
+        monkeypatch.undo()
+        native.call_tree_sweep.cache_clear()
+    assert native.call_tree_sweep() is _call_tree_sweep
 
 
 @pytest.mark.parametrize("relative", TRACES)

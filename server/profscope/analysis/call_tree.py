@@ -40,12 +40,10 @@ from profscope.analysis.arrays import (
     match_occurrence,
     stable_argsort,
 )
+from profscope.analysis.native import call_tree_sweep
 from profscope.tables import NO_ID, Kind, TraceTables
 
-try:
-    from profscope.analysis import _call_tree_sweep
-except ImportError:  # built without a compiler (the extension is optional): the same sweep in Python
-    _call_tree_sweep = None
+_call_tree_sweep = call_tree_sweep()  # None: numpy does what it would (analysis/native.py)
 
 _SWEEP_BLOCK = 1 << 17
 ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's CallTreeRoot

@@ -35,12 +35,10 @@ from profscope.analysis import intervals
 from profscope.analysis.arrays import is_one_of, rows_by_value, stable_argsort, unique_values
 from profscope.analysis.device_activity import busy_by_device, device_kernels
 from profscope.analysis.name_rules import is_profiler_step, string_mask
+from profscope.analysis.native import call_tree_sweep
 from profscope.tables import DEVICE_KINDS, NO_ID, Kind, TraceTables, Track, map_npy
 
-try:
-    from profscope.analysis import _call_tree_sweep
-except ImportError:  # built without a compiler (optional): lane_depths in numpy
-    _call_tree_sweep = None
+_call_tree_sweep = call_tree_sweep()  # None: numpy does what it would (analysis/native.py)
 
 INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
