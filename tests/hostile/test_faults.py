@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,11 +63,24 @@ def _worker_reading(server_pid: int, path: Path) -> int | None:
 
 def _kill_while_parsing(base: str, path: Path, not_pid: int | None = None) -> int:
     """SIGKILL the worker parsing ``path`` once the server has seen it read (progress comes after the
-    worker's pid on the same queue, so the server knows whose worker it is); returns the pid killed."""
+    worker's pid on the same queue, so the server knows whose worker it is); returns the pid killed.
+
+    The worker is found by the file it holds open, then run in 20 ms slices (SIGSTOP / SIGCONT) until the
+    server reports bytes read: it is killed mid-parse however fast it parses (a 100 MB trace: well under a
+    second on two cores)."""
     run, worker = path.parent.name, path.name.split(".")[0]
-    wait_for(lambda: (s := _file_state(base, run, worker))["state"] == "parsing" and s["bytes_done"] > 0, timeout=120)
-    pid = wait_for(lambda: (p := _worker_reading(base.process.pid, path)) != not_pid and p, timeout=60, interval=0.05)
-    os.kill(pid, signal.SIGKILL)
+    pid = wait_for(lambda: (p := _worker_reading(base.process.pid, path)) != not_pid and p, timeout=120, interval=0.01)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((s := _file_state(base, run, worker))["state"] == "parsing" and s["bytes_done"] > 0):
+            assert time.monotonic() < deadline, f"the server never reported {path.name} read: {s}"
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+            os.kill(pid, signal.SIGSTOP)
+        assert _worker_reading(base.process.pid, path) == pid  # still mid-parse
+    finally:
+        os.kill(pid, signal.SIGKILL)
     return pid
 
 
@@ -87,9 +101,12 @@ def _run_state(base: str, run: str) -> str | None:
 
 
 def _copy_run(root: Path, run: str, source: Path, name: str) -> Path:
+    """``source`` as ``root/run/name``, appearing whole at once (a rescan never lists it half copied)."""
     (root / run).mkdir(parents=True, exist_ok=True)
     target = root / run / name
-    shutil.copy(source, target)
+    staging = root.parent / f".{run}.{name}.partial"
+    shutil.copy(source, staging)
+    os.replace(staging, target)
     return target
 
 
@@ -97,9 +114,12 @@ def test_a_worker_killed_mid_parse_is_retried_once_then_its_file_fails_and_the_p
     tmp_path: Path, big_trace: Path
 ) -> None:
     root = tmp_path / "roots"
-    doomed = _copy_run(root, "big", big_trace, "doomed.1.pt.trace.json")
-    _copy_run(root, "big", big_trace, "bystander.1.pt.trace.json")
+    root.mkdir()
+    # the traces appear once the server answers: a parse started before (the workers start at once) could
+    # end before the test looks for its worker
     with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=2) as base:
+        doomed = _copy_run(root, "big", big_trace, "doomed.1.pt.trace.json")
+        _copy_run(root, "big", big_trace, "bystander.1.pt.trace.json")
         first = _kill_while_parsing(base, doomed)
         retrying = wait_for(lambda: (s := _file_state(base, "big", "doomed"))["message"] and s, timeout=30)
         assert "the parser process was killed (signal 9, SIGKILL)" in retrying["message"]
@@ -122,8 +142,9 @@ def test_a_worker_killed_mid_parse_is_retried_once_then_its_file_fails_and_the_p
 
 def test_a_worker_killed_once_is_retried_and_the_page_appears(tmp_path: Path, big_trace: Path) -> None:
     root = tmp_path / "roots"
-    path = _copy_run(root, "big", big_trace, "w.1.pt.trace.json")
-    with running_server([root], tmp_path / "cache", workers=1) as base:
+    root.mkdir()
+    with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=1) as base:
+        path = _copy_run(root, "big", big_trace, "w.1.pt.trace.json")  # once the server answers (see above)
         _kill_while_parsing(base, path)
         answer = wait_for(lambda: _settled(base, "big"), timeout=180)
         assert answer.status_code == 200 and answer.json()["steps"]
