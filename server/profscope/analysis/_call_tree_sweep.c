@@ -528,6 +528,18 @@ static PyObject *merge_level(PyObject *module, PyObject *args) {
     int32_t best_name = 0;
     char group_lane_first = 0;
     int previous_wide = 0;
+    /* the finished group, into slot `kept` */
+#define STORE_GROUP()                               \
+    do {                                            \
+        lane_first[kept] = group_lane_first;        \
+        name[kept] = best_name;                     \
+        busy[kept] = group_busy;                    \
+        column_set(slices, kept, group_slices);     \
+        start[kept] = group_start;                  \
+        end[kept] = group_end;                      \
+        column_set(cuts, kept, group_cut);          \
+        kept++;                                     \
+    } while (0)
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t item_start = start[i], item_end = end[i], item_busy = busy[i], item_slices = column_at(slices, i);
         int wide = item_slices == 1 && item_end - item_start >= threshold;
@@ -535,14 +547,7 @@ static PyObject *merge_level(PyObject *module, PyObject *args) {
             i == 0 || lane_first[i] || wide || previous_wide || item_start - group_end >= threshold;
         if (is_break) {
             if (i > 0) {
-                lane_first[kept] = group_lane_first;
-                name[kept] = best_name;
-                busy[kept] = group_busy;
-                column_set(slices, kept, group_slices);
-                start[kept] = group_start;
-                end[kept] = group_end;
-                column_set(cuts, kept, group_cut);
-                kept++;
+                STORE_GROUP();
             }
             group_start = item_start;
             group_busy = 0;
@@ -561,15 +566,9 @@ static PyObject *merge_level(PyObject *module, PyObject *args) {
         previous_wide = wide;
     }
     if (count > 0) {
-        lane_first[kept] = group_lane_first;
-        name[kept] = best_name;
-        busy[kept] = group_busy;
-        column_set(slices, kept, group_slices);
-        start[kept] = group_start;
-        end[kept] = group_end;
-        column_set(cuts, kept, group_cut);
-        kept++;
+        STORE_GROUP();
     }
+#undef STORE_GROUP
     Py_END_ALLOW_THREADS;
     result = PyLong_FromSsize_t(kept);
 done:
