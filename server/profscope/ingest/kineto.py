@@ -1077,7 +1077,7 @@ def time_order(ts: np.ndarray, *tie_keys: np.ndarray) -> np.ndarray:
     tied[1:] = tie
     tied[:-1] |= tie
     positions = np.flatnonzero(tied)  # runs of rows sharing a time, one after the other
-    run_starts = tied[positions] & ~np.concatenate(([False], tie))[positions]
+    run_starts = ~np.concatenate(([False], tie))[positions]  # a tied row not tied to the row before
     group = np.cumsum(run_starts)  # the run each tied row is in, counted among the tied rows only
     rows = order[positions]  # in row order within each run (the sort was stable), as lexsort leaves ties
     order[positions] = rows[np.lexsort((*(key[rows] for key in tie_keys), group))]

@@ -33,14 +33,16 @@ def _libc() -> Any:
     return ctypes.CDLL(library) if library else None
 
 
-def _set_mmap_threshold(size_bytes: int) -> None:
+def _mallopt(option: int, value: int) -> None:
     with contextlib.suppress(OSError, AttributeError):  # not glibc
-        _libc().mallopt(_M_MMAP_THRESHOLD, size_bytes)
+        _libc().mallopt(option, value)
 
 
-def _set_trim_threshold(size_bytes: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        _libc().mallopt(_M_TRIM_THRESHOLD, size_bytes)
+def _heap_thresholds(mmap_bytes: int, trim_bytes: int) -> None:
+    """Allocations from ``mmap_bytes`` up get a mapping of their own; freed heap over ``trim_bytes`` at its top
+    goes back to the kernel."""
+    _mallopt(_M_MMAP_THRESHOLD, mmap_bytes)
+    _mallopt(_M_TRIM_THRESHOLD, trim_bytes)
 
 
 def limit_heap_arenas(count: int = _SERVER_ARENAS) -> None:
@@ -50,8 +52,7 @@ def limit_heap_arenas(count: int = _SERVER_ARENAS) -> None:
     concurrent requests the server's RSS crept up for minutes (bench/RESULTS.md, Reliability: 236 -> 265
     MiB and rising with the default, 141 -> 148 MiB with two arenas). Call it before threads start.
     """
-    with contextlib.suppress(OSError, AttributeError):  # not glibc
-        _libc().mallopt(_M_ARENA_MAX, count)
+    _mallopt(_M_ARENA_MAX, count)
 
 
 def release_freed_memory() -> None:
@@ -68,7 +69,7 @@ def map_large_arrays_directly() -> None:
     a parse's temporaries stay resident: peak memory then grows with every analysis step.
     """
     global _mapping_directly
-    _set_mmap_threshold(_DIRECT_MAPPING_BYTES)
+    _heap_thresholds(_DIRECT_MAPPING_BYTES, _DEFAULT_TRIM_BYTES)
     _mapping_directly = True
 
 
@@ -90,15 +91,13 @@ def read_buffers_from_heap() -> Iterator[None]:
     try:
         yield
     finally:
-        _set_mmap_threshold(_DIRECT_MAPPING_BYTES)
-        _set_trim_threshold(_DEFAULT_TRIM_BYTES)
+        _heap_thresholds(_DIRECT_MAPPING_BYTES, _DEFAULT_TRIM_BYTES)
 
 
 def keep_heap_for_pieces() -> None:
     """``read_buffers_from_heap``'s setting, for good: in the decoding helper, which lives for one parse."""
     if _mapping_directly:
-        _set_mmap_threshold(_HEAP_READ_BUFFERS_BYTES)
-        _set_trim_threshold(_KEPT_HEAP_BYTES)
+        _heap_thresholds(_HEAP_READ_BUFFERS_BYTES, _KEPT_HEAP_BYTES)
 
 
 @contextlib.contextmanager
