@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -106,6 +107,14 @@ def running_server(roots: list[Path], cache_dir: Path, *extra: str, workers: int
         yield base
     finally:
         server.stop()
+
+
+def appear(staged: Path, target: Path) -> None:
+    """``staged`` (a file or a run's folder, outside the served root) becomes ``target`` at once, by a rename. A
+    test that must see a file being parsed places it once the server answers: the server hands out its first
+    parses before it listens, and a small one can be over before the first request (run it with a short
+    ``--rescan-seconds``)."""
+    os.replace(staged, target)
 
 
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):  # type: ignore[no-untyped-def]

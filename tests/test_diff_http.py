@@ -15,7 +15,7 @@ import pytest
 
 from conftest import corpus_file
 from profscope.views.responses import Diff
-from serving import running_server, wait_for
+from serving import appear, running_server, wait_for
 
 RESNET0 = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 RESNET4 = "kineto-tb_plugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz"
@@ -226,12 +226,16 @@ def test_a_side_still_parsing_is_202_with_its_progress(tmp_path: Path) -> None:
         {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
         for i in range(400_000)
     ]
+    staged = tmp_path / "staged"
+    (staged / "big").mkdir(parents=True)
+    (staged / "big" / "w.1.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    (staged / "small").mkdir()
+    shutil.copy(corpus_file(TINY_SPAN1), staged / "small" / Path(TINY_SPAN1).name)
     root = tmp_path / "roots"
-    (root / "big").mkdir(parents=True)
-    (root / "big" / "w.1.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
-    (root / "small").mkdir()
-    shutil.copy(corpus_file(TINY_SPAN1), root / "small" / Path(TINY_SPAN1).name)
-    with running_server([root], tmp_path / "cache", workers=1) as base:
+    root.mkdir()
+    with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=1) as base:
+        appear(staged / "big", root / "big")
+        appear(staged / "small", root / "small")
         seen = []
 
         def done() -> bool:

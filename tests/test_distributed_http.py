@@ -14,7 +14,7 @@ import pytest
 
 from conftest import corpus_file
 from profscope.analysis.distributed import build_distributed, summary_from_json
-from serving import running_server, wait_for
+from serving import appear, running_server, wait_for
 from test_distributed import GLOO, GLOO_SPANS, summary_of
 
 TRACE_FILTER = "hta/trace_filter"
@@ -137,15 +137,18 @@ def test_openapi_documents_the_route(base: str) -> None:
 
 
 def test_202_while_ranks_are_parsed(tmp_path: Path) -> None:
-    root = tmp_path / "slow"
-    root.mkdir()
-    shutil.copy(corpus_file(f"{GLOO}/{GLOO_SPANS[1][0]}.pt.trace.json.gz"), root / "rank0.1.pt.trace.json.gz")
+    staged = tmp_path / "staged" / "slow"
+    staged.mkdir(parents=True)
+    shutil.copy(corpus_file(f"{GLOO}/{GLOO_SPANS[1][0]}.pt.trace.json.gz"), staged / "rank0.1.pt.trace.json.gz")
     events = [
         {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 50}", "pid": 1, "tid": 1, "ts": i * 10, "dur": 5}
         for i in range(400_000)
     ]
-    (root / "rank1.1.pt.trace.json.gz").write_bytes(gzip.compress(orjson.dumps({"traceEvents": events}), 1))
-    with running_server([root], tmp_path / "cache", workers=1) as url:
+    (staged / "rank1.1.pt.trace.json.gz").write_bytes(gzip.compress(orjson.dumps({"traceEvents": events}), 1))
+    root = tmp_path / "roots"
+    root.mkdir()
+    with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=1) as url:
+        appear(staged, root / "slow")  # both ranks at once
         seen = []
 
         def done() -> bool:

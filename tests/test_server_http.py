@@ -15,7 +15,7 @@ from conftest import corpus_file
 from profscope.analysis.context import TraceContext
 from profscope.analysis.overview import build_overview
 from profscope.ingest.kineto import parse_trace_file
-from serving import alive, children_of, running_server, wait_for
+from serving import alive, appear, children_of, running_server, wait_for
 
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
@@ -161,8 +161,10 @@ def test_progress_is_reported_while_a_big_trace_parses(tmp_path: Path) -> None:
     ]
     root = tmp_path / "big"
     root.mkdir()
-    (root / "w.1.pt.trace.json").write_bytes(orjson.dumps({"traceEvents": events}))
-    with running_server([root], tmp_path / "cache", workers=1) as base:
+    staged = tmp_path / "w.1.pt.trace.json"
+    staged.write_bytes(orjson.dumps({"traceEvents": events}))
+    with running_server([root], tmp_path / "cache", "--rescan-seconds", "0.5", workers=1) as base:
+        appear(staged, root / staged.name)
         seen = []
 
         def done() -> bool:
