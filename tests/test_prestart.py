@@ -114,3 +114,83 @@ def test_one_core_per_parse_keeps_a_lone_parse_on_one_process(tmp_path: Path) ->
         assert [request.second_core for request in pool.requests] == [second_core]
         manager._pool = None
         manager.close()
+
+
+def test_the_first_parse_is_handed_out_before_the_metrics_library_is_imported(tmp_path: Path) -> None:
+    """``serve`` builds its state and hands out the first parses before prometheus_client is imported (~40 ms,
+    state.Profscope.metrics): that import happens while the parse runs, and the parse is still counted."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import corpus_file
+
+    root = tmp_path / "root" / "run"
+    root.mkdir(parents=True)
+    trace = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
+    shutil.copy(corpus_file(trace), root / Path(trace).name)
+    script = f"""
+import sys, time
+running_at_import = []
+
+class Watch:  # notes, when prometheus_client is first imported, how many parses were handed out
+    def find_spec(self, name, path=None, target=None):
+        if name == "prometheus_client":
+            running_at_import.append(len(state.ingest._running) if "state" in globals() else None)
+        return None
+
+sys.meta_path.insert(0, Watch())
+from profscope.config import Settings
+from profscope.state import Profscope
+assert "prometheus_client" not in sys.modules
+state = Profscope(Settings(roots=[{str(root.parent)!r}], cache_dir={str(tmp_path / "cache")!r}, workers=1))
+assert "prometheus_client" not in sys.modules
+state.start()
+deadline = time.monotonic() + 120
+while not state.cache.is_ready(next(iter(state.ingest._states))) and time.monotonic() < deadline:
+    time.sleep(0.05)
+state.stop()
+print(running_at_import, state.metrics.ingest.started._value.get(), state.metrics.ingest.finished._value.get())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[1]", "1.0", "1.0"]
+
+
+@pytest.mark.parametrize("moment", ["workers forked", "server runs"])
+def test_serve_imports_without_collection_and_turns_it_back_on(tmp_path: Path, moment: str) -> None:
+    """``serve`` pauses the cyclic garbage collector while it imports (cli._no_collection): it is on again
+    when the parse workers are forked from it (they inherit it) and when the server starts answering."""
+    import subprocess
+    import sys
+
+    patched = (
+        "import profscope.ingest.jobs as target; name = 'prestart_workers'"
+        if moment == "workers forked"
+        else "import uvicorn as u; target = u.Server; name = 'run'"
+    )
+    script = f"""
+import gc, os, sys
+{patched}
+def seen(*args, **kwargs):
+    print("collection on:", gc.isenabled(), "during imports:", paused, flush=True)
+    os._exit(0)
+setattr(target, name, seen)
+from profscope import cli
+paused = []
+_no_collection = cli._no_collection
+def watched():
+    manager = _no_collection()
+    class Watch:
+        def __enter__(self):
+            manager.__enter__(); paused.append(gc.isenabled())
+        def __exit__(self, *exc):
+            return manager.__exit__(*exc)
+    return Watch()
+cli._no_collection = watched
+cli.main(["serve", {str(tmp_path)!r}, "--port", "0", "--cache-dir", {str(tmp_path / "cache")!r}])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    paused = "[False]" if moment == "workers forked" else "[False, False]"
+    assert done.stdout.strip() == f"collection on: True during imports: {paused}"

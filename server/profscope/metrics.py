@@ -113,6 +113,8 @@ class Metrics:
             "or overwritten) or size (least recently used, beyond --cache-max-bytes)", ["reason"],
             registry=self.registry,
         )  # fmt: skip
+        for reason in ("gone", "size"):
+            self.cache_removed.labels(reason)
         self.shared_cache = SharedCacheMetrics(self.registry)
         self.request_duration = Histogram(
             "profscope_http_request_duration_seconds",

@@ -21,13 +21,13 @@ from profscope.catalog import Run, RunFacts, TraceFile, build_runs, moved_run
 from profscope.config import Settings
 from profscope.ingest.jobs import IngestManager, WorkerLimits
 from profscope.ingest.request import QUERY_KIND
-from profscope.metrics import Metrics
 from profscope.shared_cache import SharedCache
 from profscope.sources import LocalSource, ObjectInfo, Source, SourceError, is_object_store_uri, open_source, redact
 from profscope.store import Store
 
 if TYPE_CHECKING:
     from profscope.analysis.payloads import Query
+    from profscope.metrics import Metrics
     from profscope.views.view import View
 
 log = logging.getLogger("profscope.state")
@@ -65,6 +65,20 @@ class RootStatus:
         }
 
 
+class _IngestMetricsLater:
+    """The ingest manager's metrics (metrics.IngestMetrics), reached through the state when the first parse
+    has been handed out: the state builds its metrics on first use."""
+
+    def __init__(self, state: Profscope) -> None:
+        self._state = state
+
+    def on_start(self) -> None:
+        self._state.metrics.ingest.on_start()
+
+    def on_end(self, seconds: float, ok: bool) -> None:
+        self._state.metrics.ingest.on_end(seconds, ok)
+
+
 def _display_uri(uri: str, source: Source | None) -> str:
     if source is None or isinstance(source, LocalSource):
         return redact(uri)
@@ -84,7 +98,8 @@ class Profscope:
         before the views are imported, with every declared query (the same set), and hands the views in later
         (``show_views``): the first parse starts while the web framework is still being imported."""
         self.settings = settings
-        self.metrics = metrics or Metrics()
+        self._metrics = metrics
+        self._metrics_lock = threading.Lock()
         self.cache = TraceCache(settings.traces_cache)
         self.views = tuple(views)
         queries = (
@@ -117,7 +132,7 @@ class Profscope:
             settings.max_trace_bytes,
             max_snapshot_bytes=settings.max_snapshot_bytes,
             source_for=self._sources.__getitem__,
-            metrics=self.metrics.ingest,
+            metrics=_IngestMetricsLater(self),
             shared=self.shared_cache,
             shared_write=settings.shared_cache_write,
             limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes, settings.cores_per_parse),
@@ -130,7 +145,20 @@ class Profscope:
         self.scans = 0
         self._tidied: tuple[float, frozenset[str]] = (float("-inf"), frozenset())  # when, and the files then
         self._told_cache_too_small = False
-        self.metrics.watch(self)
+        if self._metrics is not None:
+            self._metrics.watch(self)
+
+    @property
+    def metrics(self) -> Metrics:
+        """The Prometheus metrics, built on first use: ``serve`` hands out its first parses before
+        prometheus_client is imported (~40 ms), which then happens while they run."""
+        with self._metrics_lock:
+            if self._metrics is None:
+                from profscope.metrics import Metrics
+
+                self._metrics = Metrics()
+                self._metrics.watch(self)
+            return self._metrics
 
     def _unique_label(self, shown: str) -> str:
         """The root's last folder name (a run named like one of an earlier root becomes LABEL/folder);
@@ -194,8 +222,10 @@ class Profscope:
         self._tidied = (time.monotonic(), frozenset(live))
         listed = {r.source.uri for r in self.roots if r.source is not None and r.error is None and r.listed_at}
         report = tidy_cache(self.cache, live, listed, self.settings.cache_max_bytes)
-        self.metrics.cache_removed.labels("gone").inc(len(report.gone))
-        self.metrics.cache_removed.labels("size").inc(len(report.evicted))
+        if report.gone:  # both series exist from the start, at 0 (metrics.Metrics)
+            self.metrics.cache_removed.labels("gone").inc(len(report.gone))
+        if report.evicted:
+            self.metrics.cache_removed.labels("size").inc(len(report.evicted))
         if report.gone or report.evicted:
             log.info("cache: removed %d entries of deleted or overwritten files and %d least recently used "
                      "ones; %d bytes kept", len(report.gone), len(report.evicted), report.bytes_kept)  # fmt: skip

@@ -551,8 +551,6 @@ class IngestManager:
             if key in self._rest_later:
                 stage = REST
             else:
-                if state.attempts == 1 and self.metrics is not None:
-                    self.metrics.on_start()
                 # other files wait for their parse: this one's first views now, its others once theirs are done
                 waiting = any(other not in self._rest_later for other in self._pending)
                 stage = FIRST if waiting and trace.kind in TABLE_PARSERS else ALL
@@ -575,6 +573,8 @@ class IngestManager:
                     self._restart_pool()
                     future = self._ensure_pool().submit(run_job, request)
             self._running[key] = future
+            if stage != REST and state.attempts == 1 and self.metrics is not None:
+                self.metrics.on_start()  # once the parse is handed out: it does not wait for the metrics' import
             future.add_done_callback(lambda f, k=key, t=trace: self._finished(k, t, f))
 
     def _restart_pool(self) -> None:

@@ -17,7 +17,7 @@ Row = dict[str, Any]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class TraceIdent(Strict):
