@@ -119,3 +119,31 @@ def test_small_or_crowded_parses_stay_on_one_core(tmp_path: Path) -> None:
     big = dataclasses.replace(request, size=parallel_queries.ONE_CORE_BELOW_BYTES + 1)
     assert parallel_queries.two_cores(big)
     assert not parallel_queries.two_cores(dataclasses.replace(big, second_core=False))
+
+
+def test_the_query_helper_starts_when_the_timeline_child_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper that shares the queries is forked the moment the timeline child ends, from a thread, not once the
+    worker's own job is done: while the worker's first job waits for every other result to be written, the helper
+    writes them all (forked only after that job, it would never start and the wait would run out)."""
+    monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
+    worker = os.getpid()
+    run = ViewJobs.run
+    first: list[str] = []
+
+    def worker_waits_in_its_first_job(self: ViewJobs, name: str) -> parallel_queries.Report:
+        if os.getpid() == worker and not first:
+            first.append(name)
+            others = [query.stored_name for query in self.request.queries if query.name != name]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if all(self.cache.read_view(self.request.cache_key, stored) is not None for stored in others):
+                    break
+                time.sleep(0.05)
+        return run(self, name)
+
+    monkeypatch.setattr(ViewJobs, "run", worker_waits_in_its_first_job)
+    request = _request(tmp_path, TRACES[1], "two", second_core=True)
+    summary = run_ingest(request)
+    assert "error" not in summary and summary["view_errors"] == {}
+    assert first == [job_names(request)[0]]  # the worker's own first job: the first of the first views
+    assert sorted(summary["views_by_helper"]) == sorted(set(job_names(request)) - {first[0]})

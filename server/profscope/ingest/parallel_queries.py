@@ -2,7 +2,8 @@
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
 they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
-which needs no call tree, and builds the call tree and steps that nearly every query reads; then it forks
+which needs no call tree, and builds the call tree and steps that nearly every query reads; the moment that
+child ends (a thread waits for it, ``_HelperLater``: the worker is busy with its own first job by then), it forks
 again: that child shares the tables, the tree and every import (copy on write: nothing is loaded or computed
 twice), and both take the next job of one ordered list through a shared counter: the ``first`` queries, then
 the others as declared. The child writes each result into
@@ -20,9 +21,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
@@ -117,6 +119,13 @@ class Counter:
         self._shared = shared
         self._local = 0
 
+    def peek(self) -> int:
+        """The next index, not taken."""
+        if self._shared is None:
+            return self._local
+        with self._shared.get_lock():
+            return int(self._shared.value)
+
     def take(self) -> int:
         if self._shared is None:
             self._local += 1
@@ -143,6 +152,10 @@ class ForkedHelper:
 
     def alive(self) -> bool:
         return self._connection is not None
+
+    def wait_for_exit(self) -> None:
+        """Block until the process has ended (its reports may still be unread)."""
+        wait([self._process.sentinel])
 
     def reports(self, wait: bool) -> Iterator[Report | None]:
         """What the helper finished since the last call; None once it takes no further job (it is done).
@@ -233,16 +246,18 @@ def compute_views(
                 if report is not None:
                     record(report, helper_did=True)
 
-    while True:
-        # the child that shares the queries starts once the timeline child is done: two processes at most at a
-        # time, so the peak memory is that of two (the tables and the tree are shared, the temporaries are not)
-        if second and (timeline_child is None or not timeline_child.alive()):
-            second = False
-            helpers += _fork(local, names, counter)
-        if (taken := counter.take()) >= len(names):
-            break
+    # the child that shares the queries starts once the timeline child is done: two processes at most at a time,
+    # so the peak memory is that of two (the tables and the tree are shared, the temporaries are not). A thread
+    # forks it the moment the timeline child ends, not once this process's job is done (the Overview, ~0.6 s of
+    # a 1 GB trace, when one core idled)
+    later = _HelperLater(local, names, counter, helpers) if second else None
+    if later is not None:
+        later.start(timeline_child)
+    while (taken := counter.take()) < len(names):
         record(local.run(names[taken]))
         reports(wait=False)
+    if later is not None:
+        later.join()
     reports(wait=True)
     if timeline_last:
         local.release()
@@ -251,6 +266,37 @@ def compute_views(
         if name not in done:  # taken by a helper that died before reporting it
             record(local.run(name))
     return errors, by_helper
+
+
+class _HelperLater:
+    """Forks the query helper once ``after`` (the timeline child) has ended, from a thread of its own; not at all
+    when every job was taken first."""
+
+    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter, helpers: list[ForkedHelper]) -> None:
+        self._args = (jobs, names, counter)
+        self._helpers = helpers
+        self._thread: threading.Thread | None = None
+
+    def start(self, after: ForkedHelper | None) -> None:
+        if after is None:
+            self._fork()
+            return
+        self._thread = threading.Thread(target=self._fork_after, args=(after,), name="views-helper-fork")
+        self._thread.start()
+
+    def _fork_after(self, after: ForkedHelper) -> None:
+        after.wait_for_exit()
+        self._fork()
+
+    def _fork(self) -> None:
+        jobs, names, counter = self._args
+        if counter.peek() < len(names):  # a job is left for it
+            self._helpers += _fork(jobs, names, counter)
+
+    def join(self) -> None:
+        """Wait until the helper is forked or will not be."""
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _fork(jobs: ViewJobs, names: list[str], counter: Counter) -> list[ForkedHelper]:
