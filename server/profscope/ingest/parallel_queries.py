@@ -24,7 +24,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for_processes
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
@@ -155,7 +156,7 @@ class ForkedHelper:
 
     def wait_for_exit(self) -> None:
         """Block until the process has ended (its reports may still be unread)."""
-        wait([self._process.sentinel])
+        wait_for_processes([self._process.sentinel])
 
     def reports(self, wait: bool) -> Iterator[Report | None]:
         """What the helper finished since the last call; None once it takes no further job (it is done).
