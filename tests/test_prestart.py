@@ -159,8 +159,8 @@ print(running_at_import, state.metrics.ingest.started._value.get(), state.metric
 
 @pytest.mark.parametrize("moment", ["workers forked", "server runs"])
 def test_serve_imports_without_collection_and_turns_it_back_on(tmp_path: Path, moment: str) -> None:
-    """``serve`` pauses the cyclic garbage collector while it imports (cli._no_collection): it is on again
-    when the parse workers are forked from it (they inherit it) and when the server starts answering."""
+    """``serve`` pauses the cyclic garbage collector while it imports (malloc_tuning.collection_paused): it is on
+    again when the parse workers are forked from it (they inherit it) and when the server starts answering."""
     import subprocess
     import sys
 
@@ -177,17 +177,18 @@ def seen(*args, **kwargs):
     os._exit(0)
 setattr(target, name, seen)
 from profscope import cli
+from profscope.ingest import malloc_tuning
 paused = []
-_no_collection = cli._no_collection
+collection_paused = malloc_tuning.collection_paused
 def watched():
-    manager = _no_collection()
+    manager = collection_paused()
     class Watch:
         def __enter__(self):
             manager.__enter__(); paused.append(gc.isenabled())
         def __exit__(self, *exc):
             return manager.__exit__(*exc)
     return Watch()
-cli._no_collection = watched
+malloc_tuning.collection_paused = watched
 cli.main(["serve", {str(tmp_path)!r}, "--port", "0", "--cache-dir", {str(tmp_path / "cache")!r}])
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -12,7 +11,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -427,7 +425,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from profscope.ingest.malloc_tuning import limit_heap_arenas
+    from profscope.ingest.malloc_tuning import collection_paused, limit_heap_arenas
 
     try:
         settings = _settings_from(args)
@@ -446,7 +444,7 @@ def serve(args: argparse.Namespace) -> int:
     # from this process, which has no other thread yet (jobs.prestart_workers), before it listens: they start
     # with all of it imported. The catalog is listed and the first parses handed to them before the web
     # framework and the views are imported (~1 s), which happens while they parse.
-    with _no_collection():
+    with collection_paused():  # imports: the first parse waits for them
         from profscope.analysis.payloads import declared_queries
         from profscope.ingest.jobs import prestart_workers, stop_prestarted_workers
         from profscope.state import Profscope
@@ -467,22 +465,10 @@ def serve(args: argparse.Namespace) -> int:
         state.stop()  # also when the app never started (the app's lifespan stops it too: a second stop does nothing)
 
 
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """No cyclic garbage collection meanwhile: importing makes ~10^5 long-lived objects and next to no garbage, so
-    the collections it triggers only cost time (~15% of importing the web framework, which competes with the first
-    parse for the CPU)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _serve_app(args: argparse.Namespace, settings: Settings, sock: socket.socket, state: Profscope) -> int:
-    with _no_collection():
+    from profscope.ingest.malloc_tuning import collection_paused
+
+    with collection_paused():  # imports: they compete with the first parse for the CPU
         import uvicorn
 
         from profscope.app import create_app

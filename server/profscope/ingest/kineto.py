@@ -11,7 +11,6 @@ Format drift is handled here, once, so no view has to know about it:
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import math
 import os
@@ -27,7 +26,7 @@ import numpy as np
 from profscope import parser_versions
 from profscope.ingest import native_events
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
-from profscope.ingest.malloc_tuning import read_buffers_from_heap, release_freed_memory
+from profscope.ingest.malloc_tuning import collection_paused, read_buffers_from_heap, release_freed_memory
 from profscope.ingest.native_events import NativePiece
 from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter, SpeculationFailed
 from profscope.tables import (
@@ -1239,19 +1238,18 @@ def _parse_trace(
         raise
     reader = ChromeTraceReader(stream, limit_bytes=max_trace_bytes)
     builder = TableBuilder()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the parse allocates millions of short-lived objects and no cycles
     try:
-        try:
-            with read_buffers_from_heap():
-                for piece, decoded in reader.pieces(router.route, router.route_here):
-                    if decoded is not None:
-                        add_decoded(builder, decoded, piece)
-        except (TraceFormatError, msgspec.DecodeError, UnicodeDecodeError):
-            router.check_speculation()  # a wrong cut sent to the helper may be the real cause: then read again
-            raise
-        for part in router.finish():
-            builder.merge(part)
+        with collection_paused():  # the parse allocates millions of short-lived objects and no cycles
+            try:
+                with read_buffers_from_heap():
+                    for piece, decoded in reader.pieces(router.route, router.route_here):
+                        if decoded is not None:
+                            add_decoded(builder, decoded, piece)
+            except (TraceFormatError, msgspec.DecodeError, UnicodeDecodeError):
+                router.check_speculation()  # a wrong cut sent to the helper may be the real cause: then read again
+                raise
+            for part in router.finish():
+                builder.merge(part)
     except TraceFormatError:
         raise
     except msgspec.DecodeError as exc:
@@ -1261,8 +1259,6 @@ def _parse_trace(
     finally:
         router.close()
         stream.close()  # stops the inflating thread of a parse given up half-way
-        if gc_was_enabled:
-            gc.enable()
     if builder.event_count == 0 and builder.non_event_items:
         raise TraceFormatError(
             f"a JSON list of {builder.non_event_items:,} rows that are not trace events (this looks like "

@@ -24,6 +24,7 @@ from typing import IO, Any
 import numpy as np
 
 from profscope import parser_versions
+from profscope.ingest.malloc_tuning import collection_paused
 from profscope.ingest.safe_pickle import LIMIT_SETTING, PickleRefused, load_plain_data, resident_bytes
 from profscope.snapshot_tables import ACTION, BLOCK_STATE, SEGMENT_TYPES, UNKNOWN_ACTION, SnapshotTables
 from profscope.tables import NO_ID, StringTable
@@ -296,15 +297,10 @@ def parse_snapshot(
 
     entries = _EntryColumns(stacks, budget)
     sweeper = _TraceSweeper(entries)
-    collecting = gc.isenabled()
-    gc.disable()  # millions of new dicts and lists would start full collections over and over
-    try:
+    with collection_paused():  # millions of new dicts and lists would start full collections over and over
         document = load_plain_data(raw, max_decoded_bytes, on_progress=on_progress, on_input=sweeper.on_input)
         stacks.forget_identities()
         return _normalise(document, strings, stacks, entries, sweeper)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def parse_snapshot_file(path: Path, max_decoded_bytes: int = 16 << 30) -> SnapshotTables:
