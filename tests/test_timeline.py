@@ -320,9 +320,14 @@ def _levels_match(lane_offsets, start, end, name):
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
-    inputs = [values.copy() for values in (start, end, name)]
-    got = _build_levels(lane_offsets, start, end, name, duration)
-    assert all(np.array_equal(a, b) for a, b in zip(inputs, (start, end, name), strict=True))  # merged in copies
+    # merged over the arrays it is given (overwritten): copies here
+    got = _build_levels(lane_offsets, start.copy(), end.copy(), name.copy(), end - start, duration)
+    # the index merges over its keys (each lane's times moved past the lanes before it): the same levels
+    lane_base = np.repeat(np.arange(len(lane_offsets) - 1, dtype=np.int64) * (duration + 2), np.diff(lane_offsets))
+    keyed = _build_levels(lane_offsets, start + lane_base, end + lane_base, name.copy(), end - start, duration)
+    assert keyed[1] == got[1] and len(keyed[0]) == len(got[0])
+    for (level, (cuts, names)), (keyed_level, (keyed_cuts, keyed_names)) in zip(got[0], keyed[0], strict=True):
+        assert level == keyed_level and np.array_equal(cuts, keyed_cuts) and np.array_equal(names, keyed_names)
     want = _reference_levels(lane_offsets, start, end, name, duration)
     assert got[1] == want[1]
     assert [level for level, _ in got[0]] == [level for level, _ in want[0]]

@@ -126,17 +126,20 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     kind = np.asarray(events["kind"])
     names = np.asarray(events["name"])
 
+    step_rows = _profiler_step_rows(tables, kind)
+    groups, tracks = _layout(tables, track, kind, len(step_rows) > 0)
+    # the counters first: their temporaries come and go before the slices' arrays exist
+    for name, values in _counter_series(tables, tracks, groups, kind, start, end).pop("arrays").items():
+        finished(name, values)
+
     depth = np.zeros(len(start), dtype=np.int32)
     track_rows = rows_by_value(track)
     for rows in track_rows.values():
         depth[rows] = lane_depths(start[rows], end[rows])
-
-    step_rows = _profiler_step_rows(tables, kind)
-    groups, tracks = _layout(tables, track, kind, depth, len(step_rows) > 0)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
 
     raw_event, lane_offsets, lane_track, lane_depth = _lanes(tracks, track_rows, depth, step_rows, step_depth)
-    del track_rows  # the levels' temporaries need the room
+    del track_rows
     raw_start, raw_end = start[raw_event], end[raw_event]
     stride = int(end.max(initial=0)) + 2
     if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
@@ -145,24 +148,16 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     finished("lane_track", np.asarray(lane_track, dtype=np.int32))
     finished("lane_depth", np.asarray(lane_depth, dtype=np.int32))
     finished("event_depth", depth)
-    del depth
-    for name, values in _counter_series(tables, tracks, groups, kind, start, end).pop("arrays").items():
-        finished(name, values)
     duration_ns = int(end.max(initial=0))
-    del start, end  # the levels' temporaries need the room
-    raw_name = names[raw_event]
+    del depth, start, end  # the levels' temporaries need the room
+    raw_name = np.asarray(names[raw_event], dtype=np.int32)
     finished("raw_event", raw_event)
     del raw_event
-    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, duration_ns)
-    del raw_name
-    kept_levels = [level for level, _ in levels]
-    for level, (cuts, dominant) in levels:
-        finished(f"level{level}_cuts", cuts)
-        finished(f"level{level}_name", dominant)
-    del levels[:]
-    # the arrays of the raw slices last: the levels' temporaries are gone by now
+    # the raw slices' arrays before the levels, which then merge in place over these very arrays: a slice's
+    # key is its time plus its lane's base, and the levels only compare times within a lane
+    busy = raw_end - raw_start
     busy_cum = np.zeros(len(raw_start) + 1, dtype=np.int64)
-    np.cumsum(raw_end - raw_start, out=busy_cum[1:])
+    np.cumsum(busy, out=busy_cum[1:])
     finished("busy_cum", busy_cum)
     del busy_cum
     lane_base = np.repeat(np.arange(len(lane_track), dtype=np.int64) * stride, np.diff(lane_offsets))
@@ -171,6 +166,15 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     del lane_base
     finished("raw_start_key", raw_start)
     finished("raw_end_key", raw_end)
+    if spill_to is None:  # the keys are the index's own arrays: the levels get copies to merge over
+        raw_start, raw_end = raw_start.copy(), raw_end.copy()
+    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, busy, duration_ns)
+    del raw_start, raw_end, raw_name, busy
+    kept_levels = [level for level, _ in levels]
+    for level, (cuts, dominant) in levels:
+        finished(f"level{level}_cuts", cuts)
+        finished(f"level{level}_name", dominant)
+    del levels[:]
     info = {
         "version": INDEX_VERSION,
         "stride": stride,
@@ -267,31 +271,36 @@ def _greedy_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _build_levels(
-    lane_offsets: np.ndarray, raw_start: np.ndarray, raw_end: np.ndarray, raw_name: np.ndarray, duration: int
+    lane_offsets: np.ndarray,
+    item_start: np.ndarray,
+    item_end: np.ndarray,
+    item_name: np.ndarray,
+    item_busy: np.ndarray,
+    duration: int,
 ) -> tuple[list[tuple[int, tuple[np.ndarray, np.ndarray]]], list[int]]:
     """Coarser and coarser partitions of every lane; a level is kept when it halves the item count.
+
+    Level 0 is the raw slices: ``item_start`` / ``item_end`` (times, or keys: only differences within a lane are
+    read), ``item_name`` (int32) and ``item_busy`` (their durations). The levels are merged over these arrays,
+    which are overwritten: the caller passes arrays it no longer needs.
 
     Each level merges the items of the one below, so an item's start, end, slice count and busy time are
     carried from level to level instead of gathered again from the raw slices:
     ~2x less CPU and memory than re-reading all rows for each level."""
-    total = len(raw_start)
+    total = len(item_start)
     lane_first = np.zeros(total, dtype=bool)
     lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
     lanes = int(lane_first.sum())
     # level 0: every raw slice is an item
     cuts = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
-    item_name = np.asarray(raw_name, dtype=np.int32)
-    item_start, item_end = raw_start, raw_end
     item_slices = np.ones(total, dtype=np.int32 if total < 2**31 else np.int64)
-    item_busy = raw_end - raw_start
     kept: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
     thresholds: list[int] = []
     last_kept_size = total
     level, threshold = 0, LEVEL_BASE_NS
-    # in C each level is merged in one pass over the items, in place: copies of the arrays the caller keeps
+    # in C each level is merged in one pass over the items, in place
     merge_level = _call_tree_sweep.merge_level if _call_tree_sweep is not None else None
     if merge_level is not None:
-        item_name, item_start, item_end = item_name.copy(), item_start.copy(), item_end.copy()
         columns = (lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts)
     while len(cuts) > lanes and threshold <= max(duration, 1) * LEVEL_FACTOR:
         level += 1
@@ -391,7 +400,7 @@ def _int_or_text(value: str) -> tuple:
 
 
 def _layout(
-    tables: TraceTables, track: np.ndarray, kind: np.ndarray, depth: np.ndarray, has_steps: bool
+    tables: TraceTables, track: np.ndarray, kind: np.ndarray, has_steps: bool
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Groups (processes, devices) and tracks (threads, streams) in display order (``has_steps``: the trace has
     ProfilerStep ranges, shown on a track of their own)."""
