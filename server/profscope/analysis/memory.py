@@ -74,17 +74,18 @@ def attribute_memory(context: TraceContext) -> MemoryAttribution:
     tables, tree = context.tables, context.tree
     memory = tables.table("memory")
     events = tables.events
-    event_track = np.asarray(events["track"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
     python = tables.table("python")
     module_events = np.asarray(python["event"])[np.asarray(python["module_id"]) != NO_ID]
     node_events = np.concatenate([tree.node_event, module_events]).astype(np.int64)
     is_op = np.concatenate([tree.is_operator, np.zeros(len(module_events), bool)])
-    record_ts = np.asarray(memory["ts_ns"])
-    record_track = np.asarray(memory["track"])
+    node_start = np.asarray(events["ts_ns"])[node_events]
+    node_end = node_start + np.asarray(events["dur_ns"])[node_events]
     parent, record_node = _nest_with_records(
-        event_track[node_events], ts[node_events], end[node_events], record_track, record_ts
+        np.asarray(events["track"])[node_events],
+        node_start,
+        node_end,
+        np.asarray(memory["track"]),
+        np.asarray(memory["ts_ns"]),
     )
     processed = np.zeros(len(node_events), bool)
     frontier = np.unique(record_node[record_node >= 0])
@@ -97,8 +98,8 @@ def attribute_memory(context: TraceContext) -> MemoryAttribution:
         record_node=record_node,
         node_name=np.asarray(events["name"])[node_events],
         node_parent=parent,
-        node_start_ns=ts[node_events],
-        node_end_ns=end[node_events],
+        node_start_ns=node_start,
+        node_end_ns=node_end,
         node_is_op=is_op,
         node_processed=processed,
     )
@@ -119,13 +120,18 @@ def _nest_with_records(
     # one sweep over nodes and records sorted by (track, time); at equal times nodes come first, the
     # longer node first, so that a record at a node's start is inside it. Records are leaves that end where
     # they start: the call tree's sweep nests them as it nests runtime calls (a record is always inside the
-    # open node, as its time is before that node's end), and its UNLINKED marks the nodes left out.
-    kind = np.concatenate([np.zeros(node_count, np.int8), np.ones(len(record_ts), np.int8)])
+    # open node, as its time is before that node's end), and its UNLINKED marks the nodes left out. Each
+    # column is replaced by its sorted copy as soon as the order is known: a 1 GB trace's nodes and records
+    # are millions of rows, and every column of them is tens of MB.
+    times = np.concatenate([start, record_ts]).astype(np.int64, copy=False)
+    ends = np.concatenate([end, record_ts]).astype(np.int64, copy=False)
     tracks = np.concatenate([track, record_track])
-    times = np.concatenate([start, record_ts])
-    lengths = np.concatenate([end - start, np.zeros(len(record_ts), np.int64)])
-    order = lexsort_ints((-lengths, kind, times, tracks))
-    found, _ = sweep_sorted(order, times[order], (times + lengths)[order], tracks[order], node_count)
+    kind = np.concatenate([np.zeros(node_count, np.int8), np.ones(len(record_ts), np.int8)])
+    order = lexsort_ints((times - ends, kind, times, tracks))  # times - ends: the longer first
+    del kind
+    times, ends, tracks = times[order], ends[order], tracks[order]
+    found, _ = sweep_sorted(order, times, ends, tracks, node_count)
+    del times, ends, tracks
     found_by_item = np.empty(len(order), dtype=np.int64)
     found_by_item[order] = found
     return found_by_item[:node_count], found_by_item[node_count:]
