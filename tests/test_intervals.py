@@ -37,6 +37,21 @@ def test_algebra_matches_point_sets(a: list, b: list, window_start: int, window_
     assert int(within[0]) == len(points_a & window)
 
 
+@settings(max_examples=200, deadline=None)
+@given(spans, st.randoms(use_true_random=False))
+def test_merge_of_intervals_sorted_by_start_skips_the_sort_with_the_same_union(pairs: list, random) -> None:
+    """Rows of the events table come sorted by start: ``merge`` then takes them as they are (no order, no sorted
+    copies). The union is the one of the same intervals in any order."""
+    by_start = sorted(pairs, key=lambda pair: pair[0])
+    shuffled = list(pairs)
+    random.shuffle(shuffled)
+    merged = _as_set(by_start)
+    for other in (_as_set(shuffled), _as_set(pairs)):
+        assert all(np.array_equal(x, y) and x.dtype == y.dtype == np.int64 for x, y in zip(merged, other, strict=True))
+    assert intervals._is_normalised(merged) or len(merged[0]) == 0
+    assert _points(merged) == {t for s, d in pairs for t in range(s, s + d)}
+
+
 def test_weighted_coverage_caps_each_piece() -> None:
     starts, ends, values = intervals.weighted_coverage(np.array([0, 5]), np.array([10, 20]), np.array([0.7, 0.6]), 1.0)
     assert starts.tolist() == [0, 5, 10] and ends.tolist() == [5, 10, 20]

@@ -18,15 +18,21 @@ def empty() -> IntervalSet:
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
-    """Union of arbitrary intervals (zero-length ones vanish)."""
+    """Union of arbitrary intervals (zero-length ones vanish). Intervals that come sorted by start (rows of the
+    events table, which is in time order) are not sorted again: no order and no sorted copies, a third less
+    memory for the millions of host ops of a 1 GB trace."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    del keep
     if len(starts) == 0:
         return empty()
-    order = np.argsort(starts, kind="stable")
-    return _union_sorted(starts[order], ends[order])
+    if not bool((starts[1:] >= starts[:-1]).all()):
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+    return _union_sorted(starts, ends)
 
 
 def _union_sorted(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:

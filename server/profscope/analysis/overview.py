@@ -37,8 +37,7 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     """The merged time ranges of each breakdown category, before priorities are applied."""
     events = tables.events
     kind = np.asarray(events["kind"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
+    ts, dur = np.asarray(events["ts_ns"]), np.asarray(events["dur_ns"])
     name = np.asarray(events["name"])
     strings = tables.strings
     comm_kernel = communication_device_rows(tables, tree)
@@ -56,7 +55,11 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
         "dataloader": host & dataloader_name[name],
         "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
-    return {category: intervals.merge(ts[mask], end[mask]) for category, mask in masks.items()}
+    result = {}
+    for category, mask in masks.items():  # each category's ends alone: no end time of every event at once
+        starts = ts[mask]
+        result[category] = intervals.merge(starts, starts + dur[mask])
+    return result
 
 
 def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
