@@ -128,6 +128,23 @@ def test_paint_shares_a_window_by_priority_as_intersect_then_subtract(within: li
         free -= _points(got)
 
 
+@settings(max_examples=150, deadline=None)
+@given(spans, st.lists(spans, min_size=1, max_size=8))
+def test_paint_over_times_too_far_apart_for_one_sort_key_shares_the_same(within: list, layers: list) -> None:
+    """paint sorts each bound as one int64 key (time, set, side) when the times span less than 2**58 ns; beyond
+    that it sorts the times with an order array: both give the same shares. A far-away interval in the last layer
+    (outside the window: it takes nothing) makes the span too wide for the keys."""
+    window, sets = _as_set(within), [_as_set(layer) for layer in layers]
+    far = 1 << 59
+    last = sets[-1]
+    widened = (np.append(last[0], far).astype(np.int64), np.append(last[1], far + 5).astype(np.int64))
+    near, wide = intervals.paint(window, sets), intervals.paint(window, [*sets[:-1], widened])
+    for got, wanted in zip(wide, near, strict=True):
+        assert got[0].dtype == got[1].dtype == np.int64
+        np.testing.assert_array_equal(got[0], wanted[0])
+        np.testing.assert_array_equal(got[1], wanted[1])
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 15)), min_size=1, max_size=6), st.lists(spans, max_size=4))
 def test_paint_of_overlapping_windows_read_per_window_is_each_windows_own(windows: list, layers: list) -> None:

@@ -58,25 +58,27 @@ def _coverage_segments(a: IntervalSet, b: IntervalSet, want_a: bool, want_b: boo
     delta_b = np.concatenate([np.zeros(len(a[0]) * 2), np.ones(len(b[0])), -np.ones(len(b[1]))]).astype(np.int64)
     order = np.argsort(points, kind="stable")
     points, delta_a, delta_b = points[order], delta_a[order], delta_b[order]
-    unique_points, last_index = _last_of_each_value(points)
+    is_last = _last_of_each_value(points)
+    unique_points = points[is_last]
     cum_a = np.cumsum(delta_a)
     cum_b = np.cumsum(delta_b)
     # coverage after all deltas at each unique point
-    in_a = cum_a[last_index] > 0
-    in_b = cum_b[last_index] > 0
+    in_a = cum_a[is_last] > 0
+    in_b = cum_b[is_last] > 0
     selected = (in_a == want_a) & ((in_b == want_b) if need_b else True)
     selected = selected[:-1]
     return merge(unique_points[:-1][selected], unique_points[1:][selected])
 
 
-def _last_of_each_value(sorted_points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of a sorted array and the index of each one's last occurrence.
+def _last_of_each_value(sorted_points: np.ndarray) -> np.ndarray:
+    """Where each distinct value of a sorted array occurs for the last time (a mask).
 
     ``np.unique`` would sort the already sorted points again: at 1 GB that was most of the overview.
     """
-    last = np.flatnonzero(sorted_points[1:] != sorted_points[:-1])
-    last_index = np.append(last, len(sorted_points) - 1)
-    return sorted_points[last_index], last_index
+    is_last = np.empty(len(sorted_points), dtype=bool)
+    np.not_equal(sorted_points[1:], sorted_points[:-1], out=is_last[:-1])
+    is_last[-1:] = True
+    return is_last
 
 
 def _is_normalised(a: IntervalSet) -> bool:
@@ -134,31 +136,66 @@ def paint(within: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
     sweep: every set's bounds are sorted together once (each set's starts and ends are sorted runs, which a
     stable sort merges), and one running sum of +/- 2**set gives, after the last bound at each point, the
     bitmask of the sets covering the segment that starts there (each normalised set covers a point 0 or 1
-    times)."""
+    times). The bounds are sorted by value alone: the order of equal bounds does not change the sum after the
+    last of them."""
     if len(layers) > MAX_LAYERS:
         raise ValueError(f"paint takes at most {MAX_LAYERS} layers")
     sets = [within, *layers]
     if len(within[0]) == 0:
         return [empty() for _ in range(len(layers) + 1)]
-    sizes = [len(starts) for starts, _ in sets]
-    bit = np.repeat(np.left_shift(1, np.arange(len(sets), dtype=np.int32)), sizes)
-    points = np.concatenate([*(starts for starts, _ in sets), *(ends for _, ends in sets)])
-    order = np.argsort(points, kind="stable")
-    points = points[order]
-    delta = np.concatenate([bit, -bit])
-    del bit
-    mask = np.cumsum(delta[order], dtype=np.int32)
-    del order, delta
-    unique_points, last_index = _last_of_each_value(points)
+    points, mask = _sorted_bounds_and_coverage(sets)
+    is_last = _last_of_each_value(points)
+    unique_points = points[is_last]
     del points
-    mask = mask[last_index[:-1]]  # the sets covering [unique_points[i], unique_points[i + 1])
-    owner = _owner_of_mask(len(layers))[mask]
+    owner = _owner_of_mask(len(layers))[mask[is_last][:-1]]  # per [unique_points[i], unique_points[i + 1])
+    del mask, is_last
     seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
     shares = []
-    for layer in range(len(layers) + 1):
+    for layer in range(len(layers) + 1):  # the segments tile the line: a share is each run of its segments
         taken = owner == layer
-        shares.append(_union_sorted(seg_starts[taken], seg_ends[taken]))
+        first, last = taken.copy(), taken
+        first[1:] &= ~taken[:-1]
+        last[:-1] &= ~taken[1:]
+        shares.append((seg_starts[first], seg_ends[last]))
     return shares
+
+
+_SET_BITS = 5  # a bound's set (0-15) and whether it is an end (16), packed below its time in one sort key
+
+
+def _sorted_bounds_and_coverage(sets: list[IntervalSet]) -> tuple[np.ndarray, np.ndarray]:
+    """Every bound of ``sets`` in increasing order, and after each the running bitmask of the sets covering it
+    (+2**set at a start, -2**set at an end). When the times span less than 2**58 ns (always, for a trace), each
+    bound is one int64 key, its time shifted up with its set and side below: one sort of the keys in place, no
+    order array and no gathered copies (paint of a 1 GB trace's categories: ~35 MB less at its peak)."""
+    sizes = [len(starts) for starts, _ in sets]
+    count = sum(sizes)
+    low = min(int(starts[0]) for starts, _ in sets if len(starts))
+    high = max(int(ends[-1]) for _, ends in sets if len(ends))
+    if high - low >= 1 << (63 - _SET_BITS):
+        bit = np.repeat(np.left_shift(1, np.arange(len(sets), dtype=np.int32)), sizes)
+        points = np.concatenate([*(starts for starts, _ in sets), *(ends for _, ends in sets)])
+        order = np.argsort(points, kind="stable")
+        delta = np.concatenate([bit, -bit])
+        return points[order], np.cumsum(delta[order], dtype=np.int32)
+    keys = np.concatenate([*(starts for starts, _ in sets), *(ends for _, ends in sets)]).astype(np.int64)
+    keys -= low
+    keys <<= _SET_BITS
+    which = np.repeat(np.arange(len(sets), dtype=np.int64), sizes)
+    keys[:count] |= which
+    which |= 1 << (_SET_BITS - 1)
+    keys[count:] |= which
+    del which
+    keys.sort(kind="stable")  # timsort: the sets are sorted runs, which it merges
+    side = np.empty(len(keys), dtype=np.int8)
+    np.bitwise_and(keys, (1 << _SET_BITS) - 1, out=side, casting="unsafe")
+    keys >>= _SET_BITS
+    keys += low
+    delta = np.left_shift(1, side & ((1 << (_SET_BITS - 1)) - 1), dtype=np.int32)
+    np.negative(delta, out=delta, where=side >= 1 << (_SET_BITS - 1))
+    del side
+    np.cumsum(delta, out=delta)
+    return keys, delta
 
 
 @cache
@@ -222,9 +259,9 @@ def weighted_coverage(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, 
     deltas = np.concatenate([values, -values])
     order = np.argsort(points, kind="stable")
     points, deltas = points[order], deltas[order]
-    unique_points, last_index = _last_of_each_value(points)
-    level = np.cumsum(deltas)
-    level_after = level[last_index][:-1]
+    is_last = _last_of_each_value(points)
+    unique_points = points[is_last]
+    level_after = np.cumsum(deltas)[is_last][:-1]
     seg_starts, seg_ends = unique_points[:-1], unique_points[1:]
     positive = level_after > 1e-12
     return seg_starts[positive], seg_ends[positive], np.minimum(level_after[positive], cap)
