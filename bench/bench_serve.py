@@ -181,7 +181,10 @@ def measure(tool: str, trace: Path, args: argparse.Namespace) -> dict:
             return outcome
         measured.append(outcome)
     middle = sorted(measured, key=lambda m: m["wall_s"])[len(measured) // 2]
-    return {**middle, "runs_wall_s": [round(m["wall_s"], 3) for m in measured]}
+    spread = {"runs_wall_s": [round(m["wall_s"], 3) for m in measured]}
+    if "peak_tree_pss_mb" in middle:  # peak memory of each run too: it moves with how the processes overlap
+        spread["runs_peak_pss_mb"] = [round(m["peak_tree_pss_mb"], 1) for m in measured]
+    return {**middle, **spread}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -191,7 +194,8 @@ def markdown(rows: list[dict]) -> str:
         by_input.setdefault(row["input"], {})[row["tool"]] = row
     lines = [
         "| input | unc. MB | profscope serve: every view s | first view (overview) s | profscope CPU s "
-        "| all processes peak MB (RSS / PSS) | tb-profiler s | tb CPU s | tb peak MB | HTA s | HTA CPU s | HTA peak MB "
+        "| all processes peak MB (RSS / PSS, PSS range of the runs) | tb-profiler s | tb CPU s | tb peak MB "
+        "| HTA s | HTA CPU s | HTA peak MB "
         "| tb / profscope | HTA / profscope | load (1 min) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -201,7 +205,7 @@ def markdown(rows: list[dict]) -> str:
         loads = [x for t in tools.values() for x in t.get("load_1min", [])]
         lines.append(
             f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_cpu(ours)} "
-            f"| {_mb(ours, 'peak_tree_rss_mb')} / {_mb(ours, 'peak_tree_pss_mb')} "
+            f"| {_mb(ours, 'peak_tree_rss_mb')} / {_mb(ours, 'peak_tree_pss_mb')}{_pss_range(ours)} "
             f"| {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
             f"| {_seconds(hta)} | {_cpu(hta)} | {_mb(hta, 'peak_rss_mb')} "
             f"| {_ratio(tb, ours)} | {_ratio(hta, ours)} | {min(loads, default=0):.1f}-{max(loads, default=0):.1f} |"
@@ -226,6 +230,12 @@ def _first_view(row: dict) -> str:
 
 def _mb(row: dict, key: str) -> str:
     return f"{row[key]:.0f}" if row and key in row else "—"
+
+
+def _pss_range(row: dict) -> str:
+    """The lowest and highest PSS peak of the runs, when there were several (the median run's is shown first)."""
+    peaks = row.get("runs_peak_pss_mb") or []
+    return f" ({min(peaks):.0f}-{max(peaks):.0f})" if len(peaks) > 1 else ""
 
 
 def _ratio(peer_row: dict, ours: dict) -> str:
