@@ -195,3 +195,22 @@ cli.main(["serve", {str(tmp_path)!r}, "--port", "0", "--cache-dir", {str(tmp_pat
     assert done.returncode == 0, done.stderr
     paused = "[False]" if moment == "workers forked" else "[False, False]"
     assert done.stdout.strip() == f"collection on: True during imports: {paused}"
+
+
+def test_glibc_is_opened_by_its_soname_without_a_subprocess(monkeypatch):
+    """``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess (~11 ms on ``serve``'s way to its first
+    parse): the malloc tuning opens glibc by its soname, as every glibc Linux names it."""
+    import ctypes.util
+
+    from profscope.ingest import malloc_tuning
+
+    def no_subprocess(name: str) -> None:
+        raise AssertionError(f"find_library({name!r}) runs ldconfig in a subprocess")
+
+    monkeypatch.setattr(ctypes.util, "find_library", no_subprocess)
+    malloc_tuning._libc.cache_clear()
+    try:
+        libc = malloc_tuning._libc()
+        assert libc is not None and libc.malloc_trim(0) in (0, 1)
+    finally:
+        malloc_tuning._libc.cache_clear()
