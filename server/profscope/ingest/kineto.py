@@ -937,8 +937,8 @@ class TableBuilder:
         targets += [(t, "track", track_ids) for t in TRACK_TABLES]
 
         def renumber(target: tuple[str, str, np.ndarray]) -> np.ndarray:
-            # in place: an id column is the parse's own array; "wrap" maps an absent id (-1) to the last entry,
-            # as indexing does, without the copy into a buffer that "raise" makes
+            # in place: each id column is its own array, joined from its chunks; "wrap" maps an absent id (-1) to
+            # the last entry, as indexing does, without the copy into a buffer that "raise" makes
             table_name, column, new_ids = target
             ids = columns[table_name][column]
             if _owns_memory(ids) and ids.dtype == new_ids.dtype:
@@ -1122,11 +1122,11 @@ def _gather_rows(table: dict[str, np.ndarray], order: np.ndarray, threads: int) 
     by_type: dict[str, list[str]] = {}
     for column, values in table.items():
         by_type.setdefault(values.dtype.str, []).append(column)
-    shares = [columns[part::threads] for columns in by_type.values() for part in range(min(threads, len(columns)))]
+    shares = [names[part::threads] for names in by_type.values() for part in range(min(threads, len(names)))]
 
-    def reorder(columns: list[str]) -> np.ndarray:
+    def reorder(share: list[str]) -> None:
         spare: np.ndarray | None = None
-        for column in columns:
+        for column in share:
             values = table[column]
             if spare is None or spare.shape != order.shape:
                 spare = np.empty(len(order), dtype=values.dtype)
@@ -1134,7 +1134,6 @@ def _gather_rows(table: dict[str, np.ndarray], order: np.ndarray, threads: int) 
             table[column] = spare
             # reused only when nothing else holds it (``values`` and getrefcount's argument) and it owns its memory
             spare = values if _owns_memory(values) and sys.getrefcount(values) == 2 else None
-        return order
 
     _each_on(threads, reorder, shares)
 
@@ -1144,7 +1143,7 @@ def _owns_memory(values: np.ndarray) -> bool:
     return values.base is None and values.flags.writeable and values.flags.c_contiguous
 
 
-def _each_on(threads: int, function: Callable[[Any], np.ndarray], items: list[Any]) -> list[tuple[Any, np.ndarray]]:
+def _each_on(threads: int, function: Callable[[Any], Any], items: list[Any]) -> list[tuple[Any, Any]]:
     """``(item, function(item))`` for each item, on ``threads`` threads; ``function`` must spend its time in
     numpy calls that release the GIL (copies, gathers, sorts) for a second thread to help."""
     if threads <= 1 or len(items) < 2:
