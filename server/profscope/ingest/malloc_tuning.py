@@ -21,9 +21,11 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 _SERVER_ARENAS = 2
 _DIRECT_MAPPING_BYTES = 1 << 20
+_HUGE_PAGE_ARRAY_BYTES = 4 << 20  # numpy advises huge pages for arrays from this size up
 _HEAP_READ_BUFFERS_BYTES = 32 << 20  # glibc refuses more (DEFAULT_MMAP_THRESHOLD_MAX)
 _DEFAULT_TRIM_BYTES = 128 << 10  # glibc's M_TRIM_THRESHOLD
 _KEPT_HEAP_BYTES = 1 << 30  # while pieces are read: freed heap stays for the next piece (released after the parse)
+_MOST_HELD_CHUNKS = 4096  # freed_heap_set_aside: a bound on the loop, far over what a parse leaves
 _mapping_directly = False
 
 
@@ -75,6 +77,72 @@ def map_large_arrays_directly() -> None:
     global _mapping_directly
     _heap_thresholds(_DIRECT_MAPPING_BYTES, _DEFAULT_TRIM_BYTES)
     _mapping_directly = True
+
+
+@contextlib.contextmanager
+def freed_heap_set_aside() -> Iterator[None]:
+    """Meanwhile, large arrays get mappings of their own again, as ``map_large_arrays_directly`` means them to,
+    though a parse left its heap full of freed room.
+
+    glibc maps an allocation over the threshold only when no free chunk of its heap holds it. A parse's pieces
+    (chunks under the threshold, joined into the tables at its end) leave hundreds of MB of freed heap below
+    objects that live on, so the heap cannot shrink: the call tree and the queries then took their large arrays
+    from it and kept every page they had touched once freed, each of the two processes computing views of a 1 GB
+    trace ~200 MB of its own (bench/RESULTS.md, run 19). Here that room is handed back to the kernel (trimmed)
+    and held by allocations nothing touches: address space, no memory. Forked children hold it too. Afterwards
+    it is freed, for the next parse's pieces. Elsewhere than glibc on Linux this does nothing.
+
+    Meanwhile only arrays from 4 MiB up are mapped: numpy asks huge pages for those, so a fresh one is faulted
+    in 2 MiB at a time. Smaller ones (a 1 GB trace's per-kernel columns, its boolean masks of every event)
+    would be faulted in 4 KiB at a time, each time: from the heap (above the room held) they are reused, and
+    few of them live at once (nsres_x1GB: 1.12 -> 0.71 million page faults, the same peak).
+    """
+    if not _mapping_directly:
+        yield
+        return
+    held = _hold_free_heap()
+    _heap_thresholds(_HUGE_PAGE_ARRAY_BYTES, _DEFAULT_TRIM_BYTES)
+    try:
+        yield
+    finally:
+        _heap_thresholds(_DIRECT_MAPPING_BYTES, _DEFAULT_TRIM_BYTES)
+        for address in held:
+            _libc().free(address)
+
+
+def _hold_free_heap() -> list[int]:
+    """Allocate the free chunks of the main heap, from the largest size down to the mapping threshold, and
+    return their addresses."""
+    bounds = _heap_bounds()
+    libc = _libc()
+    if bounds is None or libc is None:
+        return []
+    libc.malloc_trim(0)  # the free chunks' pages go back to the kernel: held, they are address space alone
+    low, high = bounds
+    malloc, free = libc.malloc, libc.free
+    malloc.restype, malloc.argtypes, free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    held: list[int] = []
+    size = high - low
+    while size >= _DIRECT_MAPPING_BYTES and len(held) < _MOST_HELD_CHUNKS:
+        address = malloc(size)
+        if address and low <= address and address + size <= high:  # a free chunk of the heap: keep it
+            held.append(address)
+            continue
+        if address:  # a mapping of its own (or a grown heap): no free chunk this large is left
+            free(address)
+        size = size * 4 // 5
+    return held
+
+
+def _heap_bounds() -> tuple[int, int] | None:
+    """The main heap's address range (``[heap]`` in /proc/self/maps: one line or several, split where huge pages
+    or protections differ), None without one."""
+    ranges = []
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        ranges = [line.split(maxsplit=1)[0].split("-") for line in maps if line.rstrip().endswith("[heap]")]
+    if not ranges:
+        return None
+    return min(int(low, 16) for low, _ in ranges), max(int(high, 16) for _, high in ranges)
 
 
 @contextlib.contextmanager

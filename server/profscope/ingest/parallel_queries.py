@@ -29,7 +29,7 @@ from multiprocessing.connection import wait as wait_for_processes
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.malloc_tuning import objects_frozen_for_fork
+from profscope.ingest.malloc_tuning import freed_heap_set_aside, objects_frozen_for_fork
 from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
@@ -205,7 +205,20 @@ def compute_views(
 ) -> tuple[dict[str, str], list[str]]:
     """Compute and write the jobs ``names`` (default: those of the request's stage); ``on_written(stored name)``
     is called for each result once it is written (in either process). Returns the errors by job name and the
-    jobs the helper did."""
+    jobs the helper did. Meanwhile the heap the parse freed is set aside (``freed_heap_set_aside``): the large
+    arrays of the call tree, the timeline index and the queries get mappings of their own, in every process."""
+    with freed_heap_set_aside():
+        return _compute_views(cache, request, tables, phase_s, on_written, names)
+
+
+def _compute_views(
+    cache: TraceCache,
+    request: IngestRequest,
+    tables: TraceTables,
+    phase_s: dict[str, float],
+    on_written: Callable[[str], None],
+    names: list[str] | None,
+) -> tuple[dict[str, str], list[str]]:
     names = job_names(request) if names is None else names
     every_job = list(names)
     errors: dict[str, str] = {}

@@ -1,0 +1,68 @@
+"""The worker's glibc tuning (ingest/malloc_tuning.py), seen from where glibc puts the arrays: in the heap or in
+mappings of their own. Each case runs in a fresh interpreter, whose heap holds nothing of other tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_SCRIPT = """
+import json
+import numpy as np
+from profscope.ingest import malloc_tuning as tuning
+
+tuning.map_large_arrays_directly()
+
+
+def heap():
+    low, high = tuning._heap_bounds()
+    resident = 0
+    in_heap = False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):
+            in_heap = fields[-1] == "[heap]"
+        elif in_heap and fields[0] == "Rss:":
+            resident += int(fields[1]) << 10
+    return low, high, resident
+
+
+def where(values):
+    low, high, _ = heap()
+    return "heap" if low <= values.ctypes.data < high else "own mapping"
+
+
+# a parse's pieces: chunks under the mapping threshold, freed below an object that lives on
+pieces = [np.ones(110_000) for _ in range(400)]  # 0.9 MB each, 350 MB in all
+lives_on = np.ones(110_000)
+del pieces
+seen = {"before": where(np.ones(2_000_000))}  # 16 MB
+_, _, resident_before = heap()
+with tuning.freed_heap_set_aside():
+    _, _, resident_held = heap()
+    seen["large"] = where(np.ones(2_000_000))
+    seen["under 4 MiB"] = where(np.ones(300_000))  # 2.4 MB
+seen["after"] = where(np.ones(2_000_000))
+seen["held_resident_mb"] = (resident_held - min(resident_before, resident_held)) >> 20
+print(json.dumps(seen))
+"""
+
+
+def _run() -> dict:
+    done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_heap_a_parse_freed_is_set_aside_while_views_are_computed() -> None:
+    """glibc gives an array over the mapping threshold a mapping of its own only when no freed heap chunk holds it:
+    after a parse, the views' large arrays came from the heap and stayed resident once freed. Set aside, the freed
+    room is held (trimmed first: no memory, address space only), large arrays are mapped on their own, those under
+    4 MiB (no huge pages for them) come from the heap; afterwards the room is free again, for the next parse."""
+    seen = _run()
+    assert seen["before"] == "heap"  # the case the set-aside is for
+    assert seen["large"] == "own mapping"
+    assert seen["under 4 MiB"] == "heap"
+    assert seen["after"] == "heap"
+    assert seen["held_resident_mb"] < 8  # 350 MB held, next to nothing of it resident
