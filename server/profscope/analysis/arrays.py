@@ -116,9 +116,15 @@ def group_ids(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     rows = len(columns[0]) if columns else 0
     combined = np.zeros(rows, dtype=np.int64)
-    for column in columns:
+    for index, column in enumerate(columns):
         _, rank = unique_inverse(np.asarray(column).reshape(-1))
-        _, combined = unique_inverse(combined * (int(rank.max(initial=0)) + 1) + rank)
+        if index == 0:  # the first column's ranks number its groups already
+            combined = rank
+            continue
+        combined *= int(rank.max(initial=0)) + 1  # in place: no key of every row held twice
+        combined += rank
+        del rank
+        _, combined = unique_inverse(combined)
     count = int(combined.max(initial=-1)) + 1
     first = np.full(count, rows, dtype=np.int64)
     np.minimum.at(first, combined, np.arange(rows))
@@ -179,8 +185,13 @@ def match_occurrence(
         ordered = keys[order]
         change = ordered[1:] != ordered[:-1]
         pick = np.append(change, True) if last else np.append(True, change)
+        del change
         pick = pick[: len(keys)]
-        return match_keys(ordered[pick], np.asarray(values)[order[pick]], queries, missing)
+        unique_keys = ordered[pick]
+        del ordered  # each array of every key goes as soon as it is read: this runs at the call tree's peak
+        picked = np.asarray(values)[order[pick]]
+        del order, pick
+        return match_keys(unique_keys, picked, queries, missing)
     offset, low, span = dense
     count = len(keys)
     position = np.full(span, -1 if last else count, dtype=np.int64)

@@ -51,7 +51,7 @@ def fwdbwd_links(tables: TraceTables, tree: CallTree) -> FwdBwdLinks:
 def node_starting_at(tables: TraceTables, tree: CallTree, tracks: np.ndarray, times: np.ndarray) -> np.ndarray:
     """The outermost call-tree node that starts at each (track, time), NO_ID if none."""
     events = tables.events
-    node_track = np.asarray(events["track"])[tree.node_event].astype(np.int64)
+    node_track = np.asarray(events["track"])[tree.node_event]
     node_ts = np.asarray(events["ts_ns"])[tree.node_event]
     node_dur = np.asarray(events["dur_ns"])[tree.node_event]
     found = _outermost_in_tree_order(node_track, node_ts, node_dur, tracks, times)
@@ -64,20 +64,22 @@ def _outermost_in_tree_order(
     """``_outermost_by_sort`` without a sort: the tree lists its nodes by thread, then by (start, longest first),
     so the first node of each (track, time) is the outermost one. None when the nodes are not in that order or
     (track, time) does not fit one int64 as it is."""
-    both_ts = np.concatenate([node_ts, times])
     if not len(node_ts) or int(node_track.min()) < 0:
         return None
-    low = int(both_ts.min())
-    span = int(both_ts.max()) - low + 1
+    low = min(int(node_ts.min()), int(np.min(times, initial=node_ts[0])))
+    span = max(int(node_ts.max()), int(np.max(times, initial=node_ts[0]))) - low + 1
     if (int(node_track.max()) + 1) * span >= 2**62 or int(np.asarray(tracks).min(initial=0)) < 0:
         return None
-    node_key = node_track * span + (node_ts - low)
+    node_key = node_track.astype(np.int64) * span
+    node_key += node_ts
+    node_key -= low
     same_key = node_key[1:] == node_key[:-1]
     if not (node_key[1:] >= node_key[:-1]).all() or not (node_dur[1:][same_key] <= node_dur[:-1][same_key]).all():
         return None
-    first = np.append(True, ~same_key)
+    del same_key
     wanted = np.asarray(tracks).astype(np.int64) * span + (times - low)
-    return match_keys(node_key[first], np.flatnonzero(first), wanted, NO_ID)
+    first = np.minimum(np.searchsorted(node_key, wanted), len(node_key) - 1)  # the first node of an equal key
+    return np.where(node_key[first] == wanted, first, NO_ID).astype(np.int64)
 
 
 def _outermost_by_sort(
@@ -87,6 +89,7 @@ def _outermost_by_sort(
     # one int64 key per (track, time): times ranked first, so that track * ranks cannot overflow
     ranks = np.unique(np.concatenate([node_ts, times]), return_inverse=True)[1].reshape(-1).astype(np.int64)
     width = int(ranks.max(initial=0)) + 1
+    node_track = node_track.astype(np.int64)
     node_key = node_track * width + ranks[: len(node_ts)]
     wanted = tracks.astype(np.int64) * width + ranks[len(node_ts) :]
     # longest first per key; (track, rank) orders as node_key does, and the nodes are nearly in that order

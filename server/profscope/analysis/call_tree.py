@@ -82,8 +82,9 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     node_parent = np.where(parent >= 0, lookup(alias, parent, ROOT), parent)
     runtime_node = _runtime_owners(events, host_rows, parent != UNLINKED, alias, runtime_rows, runtime_enclosing)
     runtime_inside = lookup(alias, runtime_enclosing, ROOT)  # host time is taken from the op it lies in
-    del runtime_enclosing
+    del runtime_enclosing, parent, alias  # each array is dropped once read for the last time: the build's peak
     device_rows, device_runtime, device_node = _device_launches(events, runtime_rows, runtime_node)
+    del runtime_node
     excluded = name_rules.string_mask(
         tables.strings,
         lambda s: (
@@ -94,7 +95,8 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         ),
     )
     is_operator = live & is_cpu_op & ~excluded[np.asarray(events["name"])[host_rows]]
-    live_parent = np.where(live & (node_parent >= 0), node_parent, ROOT)
+    live_parent = np.where(live & (node_parent >= 0), node_parent, ROOT)  # a kept node's parent, as node_parent
+    del node_parent
     host_total = np.asarray(events["dur_ns"])[host_rows]
     levels, row_owner, children_time = _pass_down(live_parent, is_operator, host_total)
     sums = _node_sums(
@@ -113,7 +115,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     )
     device_op_row = lookup(row_owner, device_node, ROOT)
     # room for the tree's own arrays
-    del levels, row_owner, children_time, host_total, runtime_inside, runtime_node, live_parent, alias
+    del levels, row_owner, children_time, host_total, runtime_inside
 
     keep = np.flatnonzero(live)
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
@@ -122,9 +124,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     def remap(nodes: np.ndarray) -> np.ndarray:
         return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
 
-    return CallTree(  # each per-host-row sum is dropped once its kept rows are copied (pop)
-        node_event=host_rows[keep],
-        parent=remap(node_parent[keep]),
+    return CallTree(  # each per-host-row sum is dropped once its kept rows are copied (pop), before the remapping
         host_total_ns=sums.pop("host_total")[keep],
         host_self_ns=sums.pop("host_self")[keep],
         device_self_ns=sums.pop("device_self")[keep],
@@ -132,6 +132,8 @@ def build_call_tree(tables: TraceTables) -> CallTree:
         tc_self_ns=sums.pop("tc_self")[keep],
         tc_total_ns=sums.pop("tc_total")[keep],
         tc_eligible=sums.pop("tc_eligible")[keep],
+        node_event=host_rows[keep],
+        parent=remap(live_parent[keep]),
         is_operator=is_operator[keep],
         device_rows=device_rows,
         device_node=remap(device_node),

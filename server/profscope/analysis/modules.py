@@ -355,19 +355,22 @@ def _occurrence_sums(
     child_time = np.bincount(occurrences.parent[has_parent], weights=host_total[has_parent], minlength=count)
     launched = tree.device_runtime >= 0
     runtime_rows = tree.device_runtime[launched]
-    device_owner = innermost.of(track[runtime_rows], ts[runtime_rows])
+    device_self = per_occurrence(
+        innermost.of(track[runtime_rows], ts[runtime_rows]), dur[tree.device_rows[launched]].astype(np.float64)
+    )
     node_owner = innermost.of(track[tree.node_event], ts[tree.node_event])
     parent_owner = lookup(node_owner, tree.parent, NO_ID)
     parent_is_op = lookup(tree.is_operator, tree.parent, False)
-    counted_op = tree.is_operator & ~(parent_is_op & (parent_owner == node_owner))
+    operators = per_occurrence(node_owner[tree.is_operator & ~(parent_is_op & (parent_owner == node_owner))])
+    del node_owner, parent_owner, parent_is_op  # per call-tree node: gone before the backward links' own arrays
     backward_owner, backward_nodes = _backward_links(tables, tree, innermost)
     sums = {
         "occurrences": np.ones(count),
         "recomputations": recompute.astype(np.float64),
         "host_total": host_total,
         "host_self": host_total - child_time,
-        "device_self": per_occurrence(device_owner, dur[tree.device_rows[launched]].astype(np.float64)),
-        "operators": per_occurrence(node_owner[counted_op]),
+        "device_self": device_self,
+        "operators": operators,
         "backward_host": per_occurrence(backward_owner, dur[tree.node_event[backward_nodes]].astype(np.float64)),
         "backward_device": per_occurrence(backward_owner, tree.device_total_ns[backward_nodes].astype(np.float64)),
     }

@@ -82,10 +82,12 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     nodes = np.flatnonzero(tree.is_operator)
     events = tree.node_event[nodes]
     name = np.asarray(tables.events["name"])[events]
-    shape = (
-        op_column(tables, "input_dims", events) if group_by == "operator_input_shape" else np.full(len(nodes), NO_ID)
-    )
-    group, first_of_group = group_ids(name, shape)
+    if group_by == "operator_input_shape":
+        shape = op_column(tables, "input_dims", events)
+        group, first_of_group = group_ids(name, shape)
+    else:  # one shape for all: grouped by name alone
+        shape = np.full(len(nodes), NO_ID)
+        group, first_of_group = group_ids(name)
     sums = operator_sums(tree, nodes, group, first_of_group)
     names = [tables.strings[int(n)] for n in name[first_of_group]]
     shapes = [_shape_text(tables, int(s), group_by) for s in shape[first_of_group]]

@@ -62,12 +62,12 @@ def model_phases(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str,
     if not steps.from_profiler_steps:
         return {"applies": False, "reason": NO_STEPS, "steps": [], "average": None}
     events = tables.events
+    rows = phase_rows(tables)
+    forward_ops = fwdbwd_links(tables, tree).forward_node  # before the end of every event: the links' peak is apart
+    rows["forward"] = np.union1d(rows["forward"], tree.node_event[forward_ops[forward_ops >= 0]])
     ts = np.asarray(events["ts_ns"])
     end = ts + np.asarray(events["dur_ns"])
     track = np.asarray(events["track"])
-    rows = phase_rows(tables)
-    forward_ops = fwdbwd_links(tables, tree).forward_node
-    rows["forward"] = np.union1d(rows["forward"], tree.node_event[forward_ops[forward_ops >= 0]])
     host_sets = {phase: intervals.merge(ts[r], end[r]) for phase, r in rows.items()}
     device_phase, device_step, device_rows = _device_phase_and_step(tables, tree, steps, rows, ts, end, track)
     result_steps = []
