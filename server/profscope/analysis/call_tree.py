@@ -118,27 +118,39 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     del levels, row_owner, children_time, host_total, runtime_inside
 
     keep = np.flatnonzero(live)
+    del live
     renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
     renumber[keep] = np.arange(len(keep))
 
     def remap(nodes: np.ndarray) -> np.ndarray:
-        return np.where(nodes >= 0, lookup(renumber, nodes, UNLINKED), nodes)
+        """Host-row nodes as kept nodes, in place (ROOT and UNLINKED stay)."""
+        linked = nodes >= 0
+        nodes[linked] = renumber[nodes[linked]]
+        return nodes
 
-    return CallTree(  # each per-host-row sum is dropped once its kept rows are copied (pop), before the remapping
-        host_total_ns=sums.pop("host_total")[keep],
-        host_self_ns=sums.pop("host_self")[keep],
-        device_self_ns=sums.pop("device_self")[keep],
-        device_total_ns=sums.pop("device_total")[keep],
-        tc_self_ns=sums.pop("tc_self")[keep],
-        tc_total_ns=sums.pop("tc_total")[keep],
-        tc_eligible=sums.pop("tc_eligible")[keep],
-        node_event=host_rows[keep],
-        parent=remap(live_parent[keep]),
-        is_operator=is_operator[keep],
+    # each per-host-row array is dropped once its kept rows are copied: the build's last peak
+    kept = {name: sums.pop(name)[keep] for name in list(sums)}
+    node_event = host_rows[keep]
+    del host_rows
+    parent = remap(live_parent[keep])
+    del live_parent
+    is_operator = is_operator[keep]
+    device_node, device_op_row = remap(device_node), remap(device_op_row)  # their own arrays: lookup made them
+    return CallTree(
+        node_event=node_event,
+        parent=parent,
+        host_total_ns=kept["host_total"],
+        host_self_ns=kept["host_self"],
+        device_self_ns=kept["device_self"],
+        device_total_ns=kept["device_total"],
+        tc_self_ns=kept["tc_self"],
+        tc_total_ns=kept["tc_total"],
+        tc_eligible=kept["tc_eligible"],
+        is_operator=is_operator,
         device_rows=device_rows,
-        device_node=remap(device_node),
+        device_node=device_node,
         device_runtime=device_runtime,
-        device_op_row=remap(device_op_row),
+        device_op_row=device_op_row,
         dropped=dropped,
     )
 
@@ -277,11 +289,8 @@ def _node_sums(
     tc_self = per_node(device_payer, device_dur[launched] * is_tc_kernel[launched])
     attached = runtime_inside >= 0
     runtime_dur = dur[runtime_rows][attached]
-    runtime_time = np.where(
-        is_row,
-        per_node(charged_to(runtime_inside[attached]), runtime_dur),
-        per_node(runtime_inside[attached], runtime_dur),
-    )
+    runtime_time = per_node(runtime_inside[attached], runtime_dur)
+    np.copyto(runtime_time, per_node(charged_to(runtime_inside[attached]), runtime_dur), where=is_row)
     eligible_names = name_rules.string_mask(tables.strings, lambda s: s in name_rules.TENSOR_CORE_ELIGIBLE_OPS)
     tc_eligible = eligible_names[name[host_rows]] | (tc_self > 0)
     device_total = device_self.copy()
@@ -289,7 +298,7 @@ def _node_sums(
     _pass_up(tree_parent, levels, is_cpu_op, device_total, tc_total, tc_eligible)
     return {
         "host_total": host_total,
-        "host_self": host_total - children_time - runtime_time,
+        "host_self": host_total - np.add(runtime_time, children_time, out=runtime_time),
         "device_self": device_self,
         "device_total": device_total,
         "tc_self": tc_self,

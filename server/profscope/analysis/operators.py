@@ -85,12 +85,13 @@ def operator_rows(tables: TraceTables, tree: CallTree, group_by: str = "operator
     if group_by == "operator_input_shape":
         shape = op_column(tables, "input_dims", events)
         group, first_of_group = group_ids(name, shape)
+        shape_ids = shape[first_of_group].tolist()
     else:  # one shape for all: grouped by name alone
-        shape = np.full(len(nodes), NO_ID)
         group, first_of_group = group_ids(name)
+        shape_ids = [NO_ID] * len(first_of_group)
     sums = operator_sums(tree, nodes, group, first_of_group)
     names = [tables.strings[int(n)] for n in name[first_of_group]]
-    shapes = [_shape_text(tables, int(s), group_by) for s in shape[first_of_group]]
+    shapes = [_shape_text(tables, int(s), group_by) for s in shape_ids]
     return rows_from_sums(names, shapes, sums)
 
 

@@ -46,19 +46,23 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
     step_name = name_rules.string_mask(strings, name_rules.is_step_range)
     host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     kernel = kind == Kind.KERNEL
-    masks = {
-        "kernel": kernel & ~comm_kernel,
-        "memcpy": kind == Kind.MEMCPY,
-        "memset": kind == Kind.MEMSET,
-        "communication": (kernel & comm_kernel) | (host & comm_op_name[name]),
-        "runtime": is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)),
-        "dataloader": host & dataloader_name[name],
-        "cpu_exec": host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
+    masks = {  # one mask of every event at a time, each made as its category comes
+        "kernel": lambda: kernel & ~comm_kernel,
+        "memcpy": lambda: kind == Kind.MEMCPY,
+        "memset": lambda: kind == Kind.MEMSET,
+        "communication": lambda: (kernel & comm_kernel) | (host & comm_op_name[name]),
+        "runtime": lambda: is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)),
+        "dataloader": lambda: host & dataloader_name[name],
+        "cpu_exec": lambda: host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
     result = {}
-    for category, mask in masks.items():  # each category's ends alone: no end time of every event at once
+    for category, mask_of in masks.items():  # each category's ends alone: no end time of every event at once
+        mask = mask_of()
         starts = ts[mask]
-        result[category] = intervals.merge(starts, starts + dur[mask])
+        ends = dur[mask]
+        del mask
+        ends += starts
+        result[category] = intervals.merge(starts, ends)
     return result
 
 

@@ -527,15 +527,14 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
     """
     events = tables.events
     kind = np.asarray(events["kind"])
-    name = np.asarray(events["name"])
-    ts = np.asarray(events["ts_ns"])
-    end = ts + np.asarray(events["dur_ns"])
-    on_stream = _on_stream(tables)
-    any_device = is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
-    device = any_device & on_stream
+    rows = np.flatnonzero(is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))  # every mask is of these
+    kind = kind[rows]
+    ts = np.asarray(events["ts_ns"])[rows]
+    end = ts + np.asarray(events["dur_ns"])[rows]
+    device = _on_stream(tables)[rows]
     dma = name_rules.string_mask(tables.strings, lambda s: s.startswith("dma"))
-    is_mem = device & (is_one_of(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[name])
-    is_comm = device & comm_device & ~is_mem
+    is_mem = device & (is_one_of(kind, (Kind.MEMCPY, Kind.MEMSET)) | dma[np.asarray(events["name"])[rows]])
+    is_comm = device & comm_device[rows] & ~is_mem
     is_comp = device & ~is_mem & ~is_comm
     comp = intervals.merge(ts[is_comp], end[is_comp])
     comm = intervals.merge(ts[is_comm], end[is_comm])
@@ -545,13 +544,13 @@ def _hta(tables: TraceTables, tree: CallTree, comm_device: np.ndarray) -> dict[s
         types[label] = {
             "time_ns": int((end[mask] - ts[mask]).sum()),
             "count": int(mask.sum()),
-            "top": _top(tables, mask),
+            "top": _top(tables, rows[mask]),
         }
-    kept_by_hta = _kept_by_hta_filter(tables, tree)
+    kept_by_hta = _kept_by_hta_filter(tables, tree)[rows]
     return {
         "temporal": _temporal(ts, end, device, is_comp),
         "temporal_hta_filter": _temporal(ts, end, device & kept_by_hta, is_comp & kept_by_hta),
-        "activities_without_stream": int((any_device & ~on_stream).sum()),
+        "activities_without_stream": int((~device).sum()),
         "idle": _idle_breakdown(tables, tree),
         "comm_comp_overlap_ratio": intervals.total(intervals.intersect(comm, comp)) / comm_total
         if comm_total
@@ -603,8 +602,8 @@ def _kept_by_hta_filter(tables: TraceTables, tree: CallTree) -> np.ndarray:
     return keep
 
 
-def _top(tables: TraceTables, mask: np.ndarray) -> list[dict[str, Any]]:
-    rows = np.flatnonzero(mask)
+def _top(tables: TraceTables, rows: np.ndarray) -> list[dict[str, Any]]:
+    """The longest kernel names among event rows ``rows`` (ascending)."""
     if not len(rows):
         return []
     name = np.asarray(tables.events["name"])[rows]
