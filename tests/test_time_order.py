@@ -38,6 +38,10 @@ def test_the_keys_of_real_traces_sort_as_lexsort(monkeypatch: pytest.MonkeyPatch
     _check(ts, file_order, negative_dur)
     _check(ts[::-1].copy(), file_order, negative_dur)  # out of order
     _check(ts, negative_dur)  # ties that only row order breaks
+    # the durations as given to the parse's sort: negated on the tied rows alone, the same order
+    np.testing.assert_array_equal(
+        time_order(ts, file_order, longest_first=-negative_dur), np.lexsort((file_order, negative_dur, ts))
+    )
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 1000])
@@ -47,3 +51,5 @@ def test_edge_cases_sort_as_lexsort(size: int) -> None:
     _check(np.arange(size, dtype=np.int64)[::-1].copy(), random.integers(0, 3, size))  # no ties
     _check(random.integers(0, 5, size), random.integers(0, 3, size), random.integers(0, 3, size))
     _check(random.integers(-(1 << 62), 1 << 62, size), random.integers(0, 3, size))
+    ts, order, dur = random.integers(0, 5, size), random.permutation(size), random.integers(0, 4, size)
+    np.testing.assert_array_equal(time_order(ts, order, longest_first=dur), np.lexsort((order, -dur, ts)))
