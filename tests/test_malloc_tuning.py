@@ -39,10 +39,17 @@ lives_on = np.ones(110_000)
 del pieces
 seen = {"before": where(np.ones(2_000_000))}  # 16 MB
 _, _, resident_before = heap()
-with tuning.freed_heap_set_aside():
+with tuning.freed_heap_set_aside() as freed:
     _, _, resident_held = heap()
     seen["large"] = where(np.ones(2_000_000))
     seen["under 4 MiB"] = where(np.ones(300_000))  # 2.4 MB
+    with freed.reused():  # the call tree's window: its arrays reuse the heap's pages
+        first = np.ones(2_000_000)
+        seen["reused window"] = where(first)
+        del first
+        second = np.ones(2_000_000)
+    seen["after the window"] = where(np.ones(2_000_000))  # the room the window left is set aside too
+    seen["kept from the window"] = where(second)
 seen["after"] = where(np.ones(2_000_000))
 seen["held_resident_mb"] = (resident_held - min(resident_before, resident_held)) >> 20
 print(json.dumps(seen))
@@ -59,10 +66,15 @@ def test_the_heap_a_parse_freed_is_set_aside_while_views_are_computed() -> None:
     """glibc gives an array over the mapping threshold a mapping of its own only when no freed heap chunk holds it:
     after a parse, the views' large arrays came from the heap and stayed resident once freed. Set aside, the freed
     room is held (trimmed first: no memory, address space only), large arrays are mapped on their own, those under
-    4 MiB (no huge pages for them) come from the heap; afterwards the room is free again, for the next parse."""
+    4 MiB (no huge pages for them) come from the heap; afterwards the room is free again, for the next parse. In
+    the window ``reused()`` opens, large arrays come from the heap too, and the room they leave is set aside after
+    it."""
     seen = _run()
     assert seen["before"] == "heap"  # the case the set-aside is for
     assert seen["large"] == "own mapping"
     assert seen["under 4 MiB"] == "heap"
+    assert seen["reused window"] == "heap"
+    assert seen["after the window"] == "own mapping"
+    assert seen["kept from the window"] == "heap"
     assert seen["after"] == "heap"
     assert seen["held_resident_mb"] < 8  # 350 MB held, next to nothing of it resident

@@ -29,7 +29,7 @@ from multiprocessing.connection import wait as wait_for_processes
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.malloc_tuning import freed_heap_set_aside, objects_frozen_for_fork
+from profscope.ingest.malloc_tuning import FreedHeap, freed_heap_set_aside, objects_frozen_for_fork
 from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
@@ -207,8 +207,8 @@ def compute_views(
     is called for each result once it is written (in either process). Returns the errors by job name and the
     jobs the helper did. Meanwhile the heap the parse freed is set aside (``freed_heap_set_aside``): the large
     arrays of the call tree, the timeline index and the queries get mappings of their own, in every process."""
-    with freed_heap_set_aside():
-        return _compute_views(cache, request, tables, phase_s, on_written, names)
+    with freed_heap_set_aside() as heap:
+        return _compute_views(cache, request, tables, phase_s, on_written, names, heap)
 
 
 def _compute_views(
@@ -218,6 +218,7 @@ def _compute_views(
     phase_s: dict[str, float],
     on_written: Callable[[str], None],
     names: list[str] | None,
+    heap: FreedHeap,
 ) -> tuple[dict[str, str], list[str]]:
     names = job_names(request) if names is None else names
     every_job = list(names)
@@ -251,7 +252,8 @@ def _compute_views(
             helpers += _fork(local, [TIMELINE], Counter())
             timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
         mark = time.perf_counter()
-        local.shared_structures()
+        with heap.reused():  # no fork meanwhile: the timeline child is forked, the query helper not yet
+            local.shared_structures()
         phase_s["call_tree"] = time.perf_counter() - mark
 
     def reports(wait: bool) -> None:
