@@ -29,7 +29,7 @@ from multiprocessing.connection import wait as wait_for_processes
 from typing import TYPE_CHECKING, Any
 
 from profscope.cache import TraceCache
-from profscope.ingest.malloc_tuning import FreedHeap, freed_heap_set_aside, objects_frozen_for_fork
+from profscope.ingest.malloc_tuning import freed_heap_set_aside, objects_frozen_for_fork
 from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
@@ -208,80 +208,68 @@ def compute_views(
     jobs the helper did. Meanwhile the heap the parse freed is set aside (``freed_heap_set_aside``): the large
     arrays of the call tree, the timeline index and the queries get mappings of their own, in every process."""
     with freed_heap_set_aside() as heap:
-        return _compute_views(cache, request, tables, phase_s, on_written, names, heap)
+        names = job_names(request) if names is None else names
+        every_job = list(names)
+        errors: dict[str, str] = {}
+        done: set[str] = set()
+        by_helper: list[str] = []
 
+        def record(report: Report, helper_did: bool = False) -> None:
+            name, stored, seconds, error = report
+            if helper_did:
+                by_helper.append(name)
+            done.add(name)
+            phase_s[name] = seconds
+            if error is not None:
+                errors[name] = error
+            on_written(stored)
 
-def _compute_views(
-    cache: TraceCache,
-    request: IngestRequest,
-    tables: TraceTables,
-    phase_s: dict[str, float],
-    on_written: Callable[[str], None],
-    names: list[str] | None,
-    heap: FreedHeap,
-) -> tuple[dict[str, str], list[str]]:
-    names = job_names(request) if names is None else names
-    every_job = list(names)
-    errors: dict[str, str] = {}
-    done: set[str] = set()
-    by_helper: list[str] = []
+        local = ViewJobs(cache, request, tables)
+        helpers: list[ForkedHelper] = []
+        timeline_last = TIMELINE in names  # on one core the timeline index comes last, with the room the others had
+        names = [name for name in names if name != TIMELINE]
+        counter, timeline_child = Counter(), None
+        second = two_cores(request)
+        if second:
+            try:
+                counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
+            except OSError:  # no shared memory for its lock here (a container without /dev/shm): one core it is
+                second = False
+        if second:
+            if timeline_last:  # needs no call tree: a first child builds it while this process builds the tree
+                helpers += _fork(local, [TIMELINE], Counter())
+                timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
+            mark = time.perf_counter()
+            with heap.reused():  # no fork meanwhile: the timeline child is forked, the query helper not yet
+                local.shared_structures()
+            phase_s["call_tree"] = time.perf_counter() - mark
 
-    def record(report: Report, helper_did: bool = False) -> None:
-        name, stored, seconds, error = report
-        if helper_did:
-            by_helper.append(name)
-        done.add(name)
-        phase_s[name] = seconds
-        if error is not None:
-            errors[name] = error
-        on_written(stored)
+        def reports(wait: bool) -> None:
+            for helper in helpers:
+                for report in helper.reports(wait):
+                    if report is not None:
+                        record(report, helper_did=True)
 
-    local = ViewJobs(cache, request, tables)
-    helpers: list[ForkedHelper] = []
-    timeline_last = TIMELINE in names  # on one core the timeline index comes last, with the room the others had
-    names = [name for name in names if name != TIMELINE]
-    counter, timeline_child = Counter(), None
-    second = two_cores(request)
-    if second:
-        try:
-            counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
-        except OSError:  # no shared memory for its lock here (a container without /dev/shm): one core it is
-            second = False
-    if second:
-        if timeline_last:  # needs no call tree: a first child builds it while this process builds the tree
-            helpers += _fork(local, [TIMELINE], Counter())
-            timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
-        mark = time.perf_counter()
-        with heap.reused():  # no fork meanwhile: the timeline child is forked, the query helper not yet
-            local.shared_structures()
-        phase_s["call_tree"] = time.perf_counter() - mark
-
-    def reports(wait: bool) -> None:
-        for helper in helpers:
-            for report in helper.reports(wait):
-                if report is not None:
-                    record(report, helper_did=True)
-
-    # the child that shares the queries starts once the timeline child is done: two processes at most at a time,
-    # so the peak memory is that of two (the tables and the tree are shared, the temporaries are not). A thread
-    # forks it the moment the timeline child ends, not once this process's job is done (the Overview, ~0.6 s of
-    # a 1 GB trace, when one core idled)
-    later = _HelperLater(local, names, counter, helpers) if second else None
-    if later is not None:
-        later.start(timeline_child)
-    while (taken := counter.take()) < len(names):
-        record(local.run(names[taken]))
-        reports(wait=False)
-    if later is not None:
-        later.join()
-    reports(wait=True)
-    if timeline_last:
-        local.release()
-        record(local.run(TIMELINE))
-    for name in every_job:
-        if name not in done:  # taken by a helper that died before reporting it
-            record(local.run(name))
-    return errors, by_helper
+        # the child that shares the queries starts once the timeline child is done: two processes at most at a time,
+        # so the peak memory is that of two (the tables and the tree are shared, the temporaries are not). A thread
+        # forks it the moment the timeline child ends, not once this process's job is done (the Overview, ~0.6 s of
+        # a 1 GB trace, when one core idled)
+        later = _HelperLater(local, names, counter, helpers) if second else None
+        if later is not None:
+            later.start(timeline_child)
+        while (taken := counter.take()) < len(names):
+            record(local.run(names[taken]))
+            reports(wait=False)
+        if later is not None:
+            later.join()
+        reports(wait=True)
+        if timeline_last:
+            local.release()
+            record(local.run(TIMELINE))
+        for name in every_job:
+            if name not in done:  # taken by a helper that died before reporting it
+                record(local.run(name))
+        return errors, by_helper
 
 
 class _HelperLater:
