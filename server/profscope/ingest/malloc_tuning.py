@@ -69,7 +69,8 @@ def release_freed_memory() -> None:
 
 
 def map_large_arrays_directly() -> None:
-    """Make glibc serve every allocation over 1 MiB (numpy columns) with its own mmap, returned on free.
+    """Make glibc serve allocations over 1 MiB (numpy columns) with their own mmap, returned on free, when no free
+    chunk of its heap holds them (``freed_heap_set_aside`` sees to that after a parse).
 
     By default glibc raises that threshold after large frees, so later arrays come from the heap and
     a parse's temporaries stay resident: peak memory then grows with every analysis step.
