@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import multiprocessing
+import weakref
 
 import numpy as np
 import orjson
@@ -109,6 +111,50 @@ def test_a_second_process_decoding_pieces_gives_identical_tables(
     for table, columns in alone.columns.items():
         for column, values in columns.items():
             np.testing.assert_array_equal(shared.columns[table][column], values, err_msg=f"{table}.{column}")
+
+
+def _chunks_of(gathered: dict) -> list[np.ndarray]:
+    """The per-piece chunks a builder (or a builder's ``partial()``) holds until its finish joins them; the
+    file order of the side tables is left out: joined after the events are sorted."""
+    columns = [chunk for table in gathered["chunks"].values() for chunks in table.values() for chunk in chunks]
+    times = [chunk for chunks in gathered["time_chunks"].values() for chunk in chunks]
+    return [*columns, *times, *gathered["x_ts"], *gathered["x_dur"], *gathered["x_order"]]
+
+
+def test_the_finish_frees_each_chunk_once_joined(monkeypatch: pytest.MonkeyPatch, helper_started_at_once: None) -> None:
+    """A 1 GB trace's chunks are ~300 MB: held to the end of the finish (by the builder, or by the other
+    process's part that a caller still holds), they stood beside the joined columns at its peak."""
+    data = corpus_file(RESNET).read_bytes()
+    monkeypatch.setattr(json_stream.ChromeTraceReader.__init__, "__defaults__", (1 << 16,))
+    watched: list[weakref.ref] = []
+    parts: list[dict] = []  # as the parse's loop variable does, past the merge
+    merge, finish, sort_events = kineto.TableBuilder.merge, kineto.TableBuilder.finish, kineto._sort_events
+
+    def merge_watched(builder: kineto.TableBuilder, part: dict) -> None:
+        parts.append(part)
+        watched.extend(weakref.ref(chunk) for chunk in _chunks_of(part))
+        merge(builder, part)
+
+    def finish_watched(builder: kineto.TableBuilder, top_level: dict, threads: int = 1):
+        gathered = {"chunks": builder._chunks, "time_chunks": builder._time_chunks, "x_ts": builder._x_ts,
+                    "x_dur": builder._x_dur, "x_order": builder._x_order}  # fmt: skip
+        watched.extend(weakref.ref(chunk) for chunk in _chunks_of(gathered))
+        return finish(builder, top_level, threads)
+
+    alive_when_sorted: list[int] = []
+
+    def sort_watched(columns: dict, file_order: np.ndarray, threads: int = 1) -> None:
+        gc.collect()
+        alive_when_sorted.append(sum(ref() is not None for ref in watched))
+        sort_events(columns, file_order, threads)
+
+    monkeypatch.setattr(kineto.TableBuilder, "merge", merge_watched)
+    monkeypatch.setattr(kineto.TableBuilder, "finish", finish_watched)
+    monkeypatch.setattr(kineto, "_sort_events", sort_watched)
+    tables = parse_trace(io.BytesIO(data), use_second_core=True)
+    assert tables.meta["pieces"]["decoded_by_second_process"] > 0 and parts  # the other process's part was merged
+    assert len(watched) > 100  # chunks of both processes
+    assert alive_when_sorted == [0]
 
 
 def test_a_helper_forked_for_a_trace_that_stays_small_leaves_when_the_parse_ends() -> None:

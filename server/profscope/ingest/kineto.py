@@ -27,7 +27,12 @@ import numpy as np
 from profscope import parser_versions
 from profscope.ingest import native_events
 from profscope.ingest.json_stream import ChromeTraceReader, CountingReader, TraceFormatError, open_decompressed
-from profscope.ingest.malloc_tuning import collection_paused, read_buffers_from_heap, release_freed_memory
+from profscope.ingest.malloc_tuning import (
+    collection_paused,
+    read_buffers_from_heap,
+    release_freed_memory,
+    trim_freed_heap,
+)
 from profscope.ingest.native_events import NativePiece
 from profscope.ingest.parallel_decode import PieceDecoder, PieceRouter, SpeculationFailed
 from profscope.tables import (
@@ -808,7 +813,7 @@ class TableBuilder:
         }
 
     def merge(self, part: dict[str, Any]) -> None:
-        """Append another builder's rows after this one's, renumbering its strings, tracks and rows."""
+        """Append another builder's rows after this one's, renumbering its strings, tracks and rows; ``part`` is emptied."""
         self._flush()
         if self._merged is None:  # where this builder's own strings and tracks were first seen, before theirs join
             self._merged = (
@@ -853,6 +858,7 @@ class TableBuilder:
             self.warnings[message] = self.warnings.get(message, 0) + count
         if part["open_begins"]:
             self.warnings[_UNMATCHED_BEGIN] = self.warnings.get(_UNMATCHED_BEGIN, 0) + part["open_begins"]
+        part.clear()  # its chunks are this builder's now: held here alone, each freed as the finish joins it
 
     # ---- finishing -------------------------------------------------------------------------
     def finish(self, top_level: dict[str, Any], threads: int = 1) -> TraceTables:
@@ -866,21 +872,26 @@ class TableBuilder:
         x_ts = _concatenate(self._x_ts, "f8")
         threads = threads if len(x_ts) >= THREADED_FINISH_ROWS else 1
         times = {name: _concatenate(chunks, "f8") for name, chunks in self._time_chunks.items()}
-        candidates = [x_ts] if len(x_ts) else list(times.values())
-        nonempty = [c for c in candidates if len(c)]
+        nonempty = [c for c in ([x_ts] if len(x_ts) else times.values()) if len(c)]
         origin_us = float(min(c.min() for c in nonempty)) if nonempty else 0.0
+        del nonempty
+        # microseconds since the origin as integer nanoseconds, each float column dropped once converted
+        ts_ns = {name: _us_to_ns_in_place(np.subtract(values, origin_us, out=values)) for name, values in times.items()}
+        del times
+        ts_ns["events"] = _us_to_ns_in_place(np.subtract(x_ts, origin_us, out=x_ts))
+        del x_ts
+        dur_ns = _us_to_ns_in_place(_concatenate(self._x_dur, "f8"))  # the joined chunks' own array
 
-        def to_ns(values: np.ndarray) -> np.ndarray:
-            """Microseconds since the origin as integer nanoseconds."""
-            return _us_to_ns_in_place(values - origin_us)
-
-        # each column's chunks are dropped once joined, and their heap pages handed back before the sort
+        # each column's chunks are dropped once joined, and their heap pages handed back as they go (the pieces'
+        # chunks, under the mapping threshold, leave holes in the heap that only a trim returns)
         columns: dict[str, dict[str, np.ndarray]] = {table_name: {} for table_name in SCHEMA}
-        joined = _each_on(
-            threads,
-            lambda key: _concatenate(self._chunks[key[0]].pop(key[1]), SCHEMA[key[0]][key[1]]),
-            [(table_name, column) for table_name, layout in SCHEMA.items() for column in layout],
-        )
+
+        def join(key: tuple[str, str]) -> np.ndarray:
+            values = _concatenate(self._chunks[key[0]].pop(key[1]), SCHEMA[key[0]][key[1]])
+            trim_freed_heap()
+            return values
+
+        joined = _each_on(threads, join, [(table_name, column) for table_name, layout in SCHEMA.items() for column in layout])
         for (table_name, column), values in joined:
             columns[table_name][column] = values
         del joined
@@ -889,10 +900,11 @@ class TableBuilder:
         if self._merged is not None:
             self._renumber_as_one_process(columns, *self._merged, threads=threads)
         events = columns["events"]
-        events["ts_ns"] = to_ns(x_ts)
-        events["dur_ns"] = _us_to_ns_in_place(_concatenate(self._x_dur, "f8"))  # the joined chunks' own array
-        for table_name, values in times.items():
-            columns[table_name]["ts_ns"] = to_ns(values)
+        for table_name, values in ts_ns.items():
+            columns[table_name]["ts_ns"] = values
+        del ts_ns
+        events["dur_ns"] = dur_ns
+        del dur_ns
         _sort_events(columns, _concatenate(self._x_order, "i8"), threads)
         for table_name in _TIMED_SIDE_TABLES:
             table = columns[table_name]
@@ -1026,7 +1038,11 @@ def _us_to_ns_in_place(microseconds: np.ndarray) -> np.ndarray:
 
 
 def _concatenate(chunks: list[np.ndarray], dtype: str) -> np.ndarray:
-    return np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.zeros(0, dtype=dtype)
+    """The chunks joined as one column of ``dtype``. The list is emptied: each chunk is freed once joined, not
+    held by the builder to the end of the finish (a 1 GB trace's times, durations and file order: ~100 MB)."""
+    taken = chunks[:]
+    chunks.clear()
+    return np.concatenate(taken).astype(dtype, copy=False) if taken else np.zeros(0, dtype=dtype)
 
 
 def _column(values: list[Any], dtype: str) -> np.ndarray:
@@ -1114,6 +1130,7 @@ def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarr
     events = columns["events"]
     order = time_order(events["ts_ns"], file_order, longest_first=events["dur_ns"])
     del file_order  # the caller's temporary: gone before the columns are reordered
+    trim_freed_heap()  # the sort's temporaries, freed into the heap: its pages go back before the gathers
     _gather_rows(events, order, threads)
     new_row = np.empty_like(order, dtype=np.int32)
     new_row[order] = np.arange(len(order), dtype=np.int32)
@@ -1123,6 +1140,7 @@ def _sort_events(columns: dict[str, dict[str, np.ndarray]], file_order: np.ndarr
         if len(table["event"]):
             table["event"] = new_row[table["event"]]
             _gather_rows(table, np.argsort(table["event"], kind="stable"), threads)
+    trim_freed_heap()
 
 
 def _gather_rows(table: dict[str, np.ndarray], order: np.ndarray, threads: int) -> None:

@@ -68,6 +68,13 @@ def release_freed_memory() -> None:
         _libc().malloc_trim(0)
 
 
+def trim_freed_heap() -> None:
+    """Return the heap's free pages to the kernel (``malloc_trim``), without a garbage collection: for a loop that
+    frees many chunks under the mapping threshold, each turn (the holes they leave are kept otherwise)."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        _libc().malloc_trim(0)
+
+
 def map_large_arrays_directly() -> None:
     """Make glibc serve allocations over 1 MiB (numpy columns) with their own mmap, returned on free, when no free
     chunk of its heap holds them (``freed_heap_set_aside`` sees to that after a parse).
