@@ -46,7 +46,10 @@ with tuning.freed_heap_set_aside() as freed:
     with freed.reused():  # the call tree's window: its arrays reuse the heap's pages
         first = np.ones(2_000_000)
         seen["reused window"] = where(first)
-        del first
+        _, _, resident_in_use = heap()
+        del first  # at the heap's top: kept for the next array, not handed back to be faulted in again
+        _, _, resident_freed = heap()
+        seen["window_handed_back_mb"] = (resident_in_use - resident_freed) >> 20
         second = np.ones(2_000_000)
     seen["after the window"] = where(np.ones(2_000_000))  # the room the window left is set aside too
     seen["kept from the window"] = where(second)
@@ -67,13 +70,14 @@ def test_the_heap_a_parse_freed_is_set_aside_while_views_are_computed() -> None:
     after a parse, the views' large arrays came from the heap and stayed resident once freed. Set aside, the freed
     room is held (trimmed first: no memory, address space only), large arrays are mapped on their own, those under
     4 MiB (no huge pages for them) come from the heap; afterwards the room is free again, for the next parse. In
-    the window ``reused()`` opens, large arrays come from the heap too, and the room they leave is set aside after
-    it."""
+    the window ``reused()`` opens, large arrays come from the heap too, its top is not trimmed, and the room they
+    leave is set aside after it."""
     seen = _run()
     assert seen["before"] == "heap"  # the case the set-aside is for
     assert seen["large"] == "own mapping"
     assert seen["under 4 MiB"] == "heap"
     assert seen["reused window"] == "heap"
+    assert seen["window_handed_back_mb"] < 2  # of 16 MB freed at the top
     assert seen["after the window"] == "own mapping"
     assert seen["kept from the window"] == "heap"
     assert seen["after"] == "heap"

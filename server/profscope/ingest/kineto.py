@@ -813,7 +813,8 @@ class TableBuilder:
         }
 
     def merge(self, part: dict[str, Any]) -> None:
-        """Append another builder's rows after this one's, renumbering its strings, tracks and rows; ``part`` is emptied."""
+        """Append another builder's rows after this one's, renumbering its strings, tracks and rows (``part`` is
+        emptied)."""
         self._flush()
         if self._merged is None:  # where this builder's own strings and tracks were first seen, before theirs join
             self._merged = (
@@ -891,7 +892,8 @@ class TableBuilder:
             trim_freed_heap()
             return values
 
-        joined = _each_on(threads, join, [(table_name, column) for table_name, layout in SCHEMA.items() for column in layout])
+        keys = [(table_name, column) for table_name, layout in SCHEMA.items() for column in layout]
+        joined = _each_on(threads, join, keys)
         for (table_name, column), values in joined:
             columns[table_name][column] = values
         del joined

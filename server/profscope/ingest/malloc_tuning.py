@@ -64,8 +64,7 @@ def limit_heap_arenas(count: int = _SERVER_ARENAS) -> None:
 def release_freed_memory() -> None:
     """Return freed heap pages to the OS (glibc keeps them otherwise), keeping peak memory down."""
     gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        _libc().malloc_trim(0)
+    trim_freed_heap()
 
 
 def trim_freed_heap() -> None:
@@ -98,6 +97,9 @@ class FreedHeap:
         """Hold every free chunk of the heap (trimmed first); from here only arrays from 4 MiB up are mapped."""
         if not self._active:
             return
+        # meanwhile a size no free chunk holds is mapped, not taken from the heap's top (grown, or kept untrimmed
+        # by the window ``reused`` closes): only free chunks are held
+        _heap_thresholds(_DIRECT_MAPPING_BYTES, _DEFAULT_TRIM_BYTES)
         self._held += _hold_free_heap()
         _heap_thresholds(_HUGE_PAGE_ARRAY_BYTES, _DEFAULT_TRIM_BYTES)
 
@@ -105,12 +107,14 @@ class FreedHeap:
     def reused(self) -> Iterator[None]:
         """Meanwhile arrays up to 32 MiB come from the top of the heap and reuse each other's pages, as one job that
         makes the same arrays over and over wants (the call tree: ~0.2 s of page faults at 1 GB otherwise); the
-        room they leave is set aside afterwards. Only where no process is forked meanwhile: a child would copy
-        the pages it reuses."""
+        room they leave is set aside afterwards. Meanwhile the heap's free top is not trimmed either: an array
+        freed at the top would be handed back and faulted in again for the next (nsres_x1GB's call tree: 51k ->
+        25k page faults, the same peak). Only where no process is forked meanwhile: a child would copy the pages
+        it reuses."""
         if not self._active:
             yield
             return
-        _heap_thresholds(_HEAP_READ_BUFFERS_BYTES, _DEFAULT_TRIM_BYTES)
+        _heap_thresholds(_HEAP_READ_BUFFERS_BYTES, _KEPT_HEAP_BYTES)
         try:
             yield
         finally:
