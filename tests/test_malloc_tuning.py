@@ -42,7 +42,12 @@ _, _, resident_before = heap()
 with tuning.freed_heap_set_aside() as freed:
     _, _, resident_held = heap()
     seen["large"] = where(np.ones(2_000_000))
-    seen["under 4 MiB"] = where(np.ones(300_000))  # 2.4 MB
+    small = np.ones(300_000)  # 2.4 MB
+    seen["under 4 MiB"] = where(small)
+    _, _, resident_in_use = heap()
+    del small  # at the heap's top: kept for the next one
+    _, _, resident_freed = heap()
+    seen["small_handed_back_mb"] = (resident_in_use - resident_freed) >> 20
     with freed.reused():  # the call tree's window: its arrays reuse the heap's pages
         first = np.ones(2_000_000)
         seen["reused window"] = where(first)
@@ -69,13 +74,14 @@ def test_the_heap_a_parse_freed_is_set_aside_while_views_are_computed() -> None:
     """glibc gives an array over the mapping threshold a mapping of its own only when no freed heap chunk holds it:
     after a parse, the views' large arrays came from the heap and stayed resident once freed. Set aside, the freed
     room is held (trimmed first: no memory, address space only), large arrays are mapped on their own, those under
-    4 MiB (no huge pages for them) come from the heap; afterwards the room is free again, for the next parse. In
+    4 MiB (no huge pages for them) come from the heap, whose top is kept up to that size; afterwards the room is free again, for the next parse. In
     the window ``reused()`` opens, large arrays come from the heap too, its top is not trimmed, and the room they
     leave is set aside after it."""
     seen = _run()
     assert seen["before"] == "heap"  # the case the set-aside is for
     assert seen["large"] == "own mapping"
     assert seen["under 4 MiB"] == "heap"
+    assert seen["small_handed_back_mb"] < 1
     assert seen["reused window"] == "heap"
     assert seen["window_handed_back_mb"] < 2  # of 16 MB freed at the top
     assert seen["after the window"] == "own mapping"
