@@ -74,9 +74,9 @@ def test_the_heap_a_parse_freed_is_set_aside_while_views_are_computed() -> None:
     """glibc gives an array over the mapping threshold a mapping of its own only when no freed heap chunk holds it:
     after a parse, the views' large arrays came from the heap and stayed resident once freed. Set aside, the freed
     room is held (trimmed first: no memory, address space only), large arrays are mapped on their own, those under
-    4 MiB (no huge pages for them) come from the heap, whose top is kept up to that size; afterwards the room is free again, for the next parse. In
-    the window ``reused()`` opens, large arrays come from the heap too, its top is not trimmed, and the room they
-    leave is set aside after it."""
+    4 MiB (no huge pages for them) come from the heap, whose top is kept up to that size; afterwards the room is
+    free again, for the next parse. In the window ``reused()`` opens, large arrays come from the heap too, its top
+    is not trimmed, and the room they leave is set aside after it."""
     seen = _run()
     assert seen["before"] == "heap"  # the case the set-aside is for
     assert seen["large"] == "own mapping"
