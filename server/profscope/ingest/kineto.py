@@ -876,10 +876,16 @@ class TableBuilder:
         nonempty = [c for c in ([x_ts] if len(x_ts) else times.values()) if len(c)]
         origin_us = float(min(c.min() for c in nonempty)) if nonempty else 0.0
         del nonempty
-        # microseconds since the origin as integer nanoseconds, each float column dropped once converted
-        ts_ns = {name: _us_to_ns_in_place(np.subtract(values, origin_us, out=values)) for name, values in times.items()}
+
+        def to_ns(values: np.ndarray) -> np.ndarray:
+            """Microseconds (a joined column of this finish's own, overwritten) since the origin as integer
+            nanoseconds."""
+            return _us_to_ns_in_place(np.subtract(values, origin_us, out=values))
+
+        # each float column dropped once converted
+        ts_ns = {name: to_ns(values) for name, values in times.items()}
         del times
-        ts_ns["events"] = _us_to_ns_in_place(np.subtract(x_ts, origin_us, out=x_ts))
+        ts_ns["events"] = to_ns(x_ts)
         del x_ts
         dur_ns = _us_to_ns_in_place(_concatenate(self._x_dur, "f8"))  # the joined chunks' own array
 
