@@ -314,6 +314,14 @@ def _reference_levels(lane_offsets, raw_start, raw_end, raw_name, duration):
     return kept, thresholds
 
 
+def _kept_levels(build_levels, *arguments):
+    """``(kept, thresholds)`` as ``_reference_levels`` gives them: each level as handed to the build's ``keep``."""
+    handed = []
+    levels, thresholds = build_levels(*arguments, lambda level, cuts, names: handed.append((level, (cuts, names))))
+    assert levels == [level for level, _ in handed]
+    return handed, thresholds
+
+
 def _levels_match(lane_offsets, start, end, name):
     from profscope.analysis.timeline_index import _build_levels
 
@@ -321,10 +329,12 @@ def _levels_match(lane_offsets, start, end, name):
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
     # merged over the arrays it is given (overwritten): copies here
-    got = _build_levels(lane_offsets, start.copy(), end.copy(), name.copy(), end - start, duration)
+    got = _kept_levels(_build_levels, lane_offsets, start.copy(), end.copy(), name.copy(), end - start, duration)
     # the index merges over its keys (each lane's times moved past the lanes before it): the same levels
     lane_base = np.repeat(np.arange(len(lane_offsets) - 1, dtype=np.int64) * (duration + 2), np.diff(lane_offsets))
-    keyed = _build_levels(lane_offsets, start + lane_base, end + lane_base, name.copy(), end - start, duration)
+    keyed = _kept_levels(
+        _build_levels, lane_offsets, start + lane_base, end + lane_base, name.copy(), end - start, duration
+    )
     assert keyed[1] == got[1] and len(keyed[0]) == len(got[0])
     for (level, (cuts, names)), (keyed_level, (keyed_cuts, keyed_names)) in zip(got[0], keyed[0], strict=True):
         assert level == keyed_level and np.array_equal(cuts, keyed_cuts) and np.array_equal(names, keyed_names)
@@ -445,3 +455,57 @@ def test_native_lane_depths_match_numpy_on_edge_cases(monkeypatch):
         native, numpy_depth = lane_depths(start, end), _numpy_lane_depths(start, end, monkeypatch)
         assert native.dtype == numpy_depth.dtype == np.int32, (start, end)
         assert np.array_equal(native, numpy_depth), (start.tolist(), end.tolist())
+
+
+def test_the_index_build_holds_each_array_only_while_it_is_needed(monkeypatch, tmp_path):
+    """At 1 GB the index's build ran in a helper beside the call tree's, and its peak was the two's: the counters,
+    the order of every row by track (whose last view a loop variable kept) and the levels, all held to the end of
+    the build, added ~40 MB to it. Now each is gone once written, before the levels are merged, and a level is
+    written before the next one is merged."""
+    import gc
+    import weakref
+
+    from profscope.analysis import timeline_index
+
+    with open(corpus_file(TRACES["resnet50_v100"]), "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    watched: dict[str, list[weakref.ref]] = {"rows by track": [], "counters": [], "levels": []}
+    rows_by_value, counter_series, build_levels = (
+        timeline_index.rows_by_value,
+        timeline_index._counter_series,
+        timeline_index._build_levels,
+    )
+
+    def rows_watched(values):
+        rows = rows_by_value(values)
+        watched["rows by track"].extend(weakref.ref(r.base if r.base is not None else r) for r in rows.values())
+        return rows
+
+    def counters_watched(*arguments):
+        arrays = counter_series(*arguments)
+        watched["counters"].extend(weakref.ref(values) for values in arrays.values())
+        return arrays
+
+    alive: list[dict[str, int]] = []
+
+    def count_alive(when: str) -> None:
+        gc.collect()
+        alive.append({when: sum(ref() is not None for refs in watched.values() for ref in refs)})
+
+    def levels_watched(*arguments):
+        *arguments, keep = arguments
+
+        def keep_watched(level, cuts, names):
+            count_alive(f"level {level}")
+            keep(level, cuts, names)
+            watched["levels"].extend([weakref.ref(cuts), weakref.ref(names)])
+
+        count_alive("levels start")
+        return build_levels(*arguments, keep_watched)
+
+    monkeypatch.setattr(timeline_index, "rows_by_value", rows_watched)
+    monkeypatch.setattr(timeline_index, "_counter_series", counters_watched)
+    monkeypatch.setattr(timeline_index, "_build_levels", levels_watched)
+    index = write_timeline_index(tables, tmp_path / "index")
+    assert len(index.info["levels"]) >= 2 and watched["rows by track"] and len(watched["counters"]) == 4
+    assert alive == [{"levels start": 0}] + [{f"level {level}": 0} for level in index.info["levels"]]

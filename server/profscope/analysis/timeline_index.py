@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
 LEVEL_FACTOR = 4
 STEPS_TRACK = "steps"
+_KEY_BLOCK = 1 << 18  # slices per block when the lanes' bases are added to their times
 
 KIND_NAMES = {kind.value: kind.name.lower() for kind in Kind}
 HOST_RUNTIME_KINDS = (Kind.RUNTIME, Kind.DRIVER)
@@ -129,52 +131,54 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     step_rows = _profiler_step_rows(tables, kind)
     groups, tracks = _layout(tables, track, kind, len(step_rows) > 0)
     # the counters first: their temporaries come and go before the slices' arrays exist
-    for name, values in _counter_series(tables, tracks, groups, kind, start, end).pop("arrays").items():
-        finished(name, values)
+    counters = _counter_series(tables, tracks, groups, kind, start, end)
+    for name in list(counters):
+        finished(name, counters.pop(name))  # each dropped once written
+    del counters
 
-    depth = np.zeros(len(start), dtype=np.int32)
     track_rows = rows_by_value(track)
-    for rows in track_rows.values():
-        depth[rows] = lane_depths(start[rows], end[rows])
+    depth = _event_depths(track_rows, start, end)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
-
     raw_event, lane_offsets, lane_track, lane_depth = _lanes(tracks, track_rows, depth, step_rows, step_depth)
-    del track_rows
-    raw_start, raw_end = start[raw_event], end[raw_event]
-    stride = int(end.max(initial=0)) + 2
+    del track_rows  # views of one order of all rows: gone only once the last one is
+    duration_ns = int(end.max(initial=0))
+    stride = duration_ns + 2
     if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
         raise ValueError("trace too long to index for the timeline")
     finished("lane_offsets", lane_offsets)
     finished("lane_track", np.asarray(lane_track, dtype=np.int32))
     finished("lane_depth", np.asarray(lane_depth, dtype=np.int32))
     finished("event_depth", depth)
-    duration_ns = int(end.max(initial=0))
-    del depth, start, end  # the levels' temporaries need the room
+    del depth
+    # each gather once the arrays it reads are the only ones left: the slices' times, then their names
+    raw_end = end[raw_event]
+    del end
+    raw_start = start[raw_event]
+    del start
+    # a slice's busy time summed over the slices before it, computed in its own array (spilled, then dropped)
+    busy_cum = np.zeros(len(raw_start) + 1, dtype=np.int64)
+    np.subtract(raw_end, raw_start, out=busy_cum[1:])
+    np.cumsum(busy_cum[1:], out=busy_cum[1:])
+    finished("busy_cum", busy_cum)
+    del busy_cum
     raw_name = np.asarray(names[raw_event], dtype=np.int32)
     finished("raw_event", raw_event)
     del raw_event
-    # the raw slices' arrays before the levels, which then merge in place over these very arrays: a slice's
-    # key is its time plus its lane's base, and the levels only compare times within a lane
     busy = raw_end - raw_start
-    busy_cum = np.zeros(len(raw_start) + 1, dtype=np.int64)
-    np.cumsum(busy, out=busy_cum[1:])
-    finished("busy_cum", busy_cum)
-    del busy_cum
-    lane_base = np.repeat(np.arange(len(lane_track), dtype=np.int64) * stride, np.diff(lane_offsets))
-    raw_start += lane_base  # raw_start and raw_end are copies: turned into the keys in place
-    raw_end += lane_base
-    del lane_base
+    # the levels merge in place over the raw slices' arrays: a slice's key is its time plus its lane's base, and
+    # the levels only compare times within a lane
+    _add_lane_bases((raw_start, raw_end), lane_offsets, stride)  # raw_start and raw_end are copies
     finished("raw_start_key", raw_start)
     finished("raw_end_key", raw_end)
     if spill_to is None:  # the keys are the index's own arrays: the levels get copies to merge over
         raw_start, raw_end = raw_start.copy(), raw_end.copy()
-    levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, busy, duration_ns)
-    del raw_start, raw_end, raw_name, busy
-    kept_levels = [level for level, _ in levels]
-    for level, (cuts, dominant) in levels:
+
+    def keep_level(level: int, cuts: np.ndarray, dominant: np.ndarray) -> None:
         finished(f"level{level}_cuts", cuts)
         finished(f"level{level}_name", dominant)
-    del levels[:]
+
+    kept_levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, busy, duration_ns, keep_level)
+    del raw_start, raw_end, raw_name, busy
     info = {
         "version": INDEX_VERSION,
         "stride": stride,
@@ -186,6 +190,25 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
         "arrays": sorted(arrays),
     }
     return TimelineIndex(arrays=arrays, info=info)
+
+
+def _event_depths(track_rows: dict[int, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each event's depth within its track (``lane_depths`` of each track's rows, in time order)."""
+    depth = np.zeros(len(start), dtype=np.int32)
+    for rows in track_rows.values():
+        depth[rows] = lane_depths(start[rows], end[rows])
+    return depth
+
+
+def _add_lane_bases(keys: tuple[np.ndarray, ...], lane_offsets: np.ndarray, stride: int) -> None:
+    """Add ``lane * stride`` to each slice's value in each of ``keys`` (slices in lane order), in place, a block
+    of slices at a time: no per-slice array of bases."""
+    count = int(lane_offsets[-1]) if len(lane_offsets) else 0
+    for first in range(0, count, _KEY_BLOCK):
+        positions = np.arange(first, min(first + _KEY_BLOCK, count), dtype=np.int64)
+        base = (np.searchsorted(lane_offsets, positions, side="right") - 1).astype(np.int64) * stride
+        for values in keys:
+            values[first : first + len(positions)] += base
 
 
 def _lanes(
@@ -212,7 +235,7 @@ def _lanes(
         info["max_depth"] = int(row_depth.max(initial=-1))
         info["events"] = len(rows)
         by_depth = stable_argsort(row_depth)  # time order kept within each depth
-        sorted_rows, sorted_depth = rows[by_depth], row_depth[by_depth]
+        sorted_rows, sorted_depth = rows[by_depth].astype(np.int32), row_depth[by_depth]
         if not len(sorted_rows):
             continue
         bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
@@ -222,7 +245,7 @@ def _lanes(
             lane_track.append(slot)
             lane_depth.append(int(lane_d))
 
-    raw_event = np.concatenate(lane_rows).astype(np.int32) if lane_rows else np.zeros(0, np.int32)
+    raw_event = np.concatenate(lane_rows) if lane_rows else np.zeros(0, np.int32)
     lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
     lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
     return raw_event, lane_offsets, lane_track, lane_depth
@@ -277,8 +300,11 @@ def _build_levels(
     item_name: np.ndarray,
     item_busy: np.ndarray,
     duration: int,
-) -> tuple[list[tuple[int, tuple[np.ndarray, np.ndarray]]], list[int]]:
-    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count.
+    keep: Callable[[int, np.ndarray, np.ndarray], None],
+) -> tuple[list[int], list[int]]:
+    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count: handed to
+    ``keep(level, cuts, names)`` as soon as it is merged (the index writes it then, and holds one level at a time).
+    Returns the kept levels and their thresholds.
 
     Level 0 is the raw slices: ``item_start`` / ``item_end`` (times, or keys: only differences within a lane are
     read), ``item_name`` (int32) and ``item_busy`` (their durations). The levels are merged over these arrays,
@@ -294,7 +320,7 @@ def _build_levels(
     # level 0: every raw slice is an item
     cuts = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
     item_slices = np.ones(total, dtype=np.int32 if total < 2**31 else np.int64)
-    kept: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []
+    kept: list[int] = []
     thresholds: list[int] = []
     last_kept_size = total
     level, threshold = 0, LEVEL_BASE_NS
@@ -312,7 +338,8 @@ def _build_levels(
                 threshold, lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
             )
         if len(cuts) <= last_kept_size // 2:
-            kept.append((level, (np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))))
+            keep(level, np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))
+            kept.append(level)
             thresholds.append(threshold)
             last_kept_size = len(cuts)
         threshold *= LEVEL_FACTOR
@@ -467,8 +494,8 @@ def _counter_series(
     kind: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
-) -> dict[str, Any]:
-    series: list[tuple[dict[str, Any], np.ndarray, np.ndarray]] = []
+) -> dict[str, np.ndarray]:
+    series: list[tuple[dict[str, Any], Any, np.ndarray]] = []
     gpu_groups = {g["device"]: g["id"] for g in groups if g["kind"] == "gpu"}
 
     def group_for_device(device: str) -> str:
@@ -477,36 +504,13 @@ def _counter_series(
             groups.append({"id": gpu_groups[device], "name": f"GPU {device}", "kind": "gpu", "device": device})
         return gpu_groups[device]
 
-    on_gpu = device_kernels(tables)
-    busy = busy_by_device(start[on_gpu.event], end[on_gpu.event], on_gpu.device)
-    for device, (busy_start, busy_end) in busy.items():
-        on = on_gpu.device == device
-        rows = on_gpu.event[on]
-        t, v = _indicator(busy_start, busy_end, 100.0)
-        group = group_for_device(str(device))
-        series.append(({"name": f"GPU {device} utilization", "group": group, "unit": "%", "mode": "mean"}, t, v))
-        blocks = np.asarray(tables.table("kernels")["blocks_per_sm"])[on_gpu.kernel_index[on]]
-        valid = blocks > 0
-        if valid.any():
-            seg_start, seg_end, value = intervals.weighted_coverage(
-                start[rows][valid], end[rows][valid], blocks[valid], 1.0
-            )
-            t, v = _pieces(seg_start, seg_end, value * 100.0)
-            info = {"name": f"GPU {device} est. SM efficiency", "group": group, "unit": "%", "mode": "mean"}
-            series.append((info, t, v))
+    series.extend(_gpu_series(tables, start, end, group_for_device))
     series.extend(_queued_launch_series(tables, tracks, kind, start, end))
     series.extend(_memory_series(tables, groups, group_for_device))
     series.extend(_trace_counter_series(tables, tracks))
 
     offsets = np.zeros(len(series) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(t) for _, t, _ in series])
-    times = np.concatenate([t for _, t, _ in series]) if series else np.zeros(0, np.int64)
-    values = np.concatenate([v for _, _, v in series]) if series else np.zeros(0, np.float64)
-    integral = np.zeros(len(times), dtype=np.float64)  # integral of each series up to each point
-    for i in range(len(series)):
-        lo, hi = offsets[i], offsets[i + 1]
-        if hi - lo > 1:
-            integral[lo + 1 : hi] = np.cumsum(np.diff(times[lo:hi]) * values[lo : hi - 1])
     for index, (info, _, v) in enumerate(series):
         if not info["group"]:
             info["group"] = _counters_group(groups)
@@ -520,7 +524,48 @@ def _counter_series(
                 **info,
             }
         )
-    return {"arrays": {"counter_offsets": offsets, "counter_t": times, "counter_v": values, "counter_int": integral}}
+    # each series' pieces dropped once joined: the joined arrays and the pieces are not held at once
+    times, values = np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if series:
+        pieces = [t for _, t, _ in series]
+        series = [(info, None, v) for info, _, v in series]
+        times = np.concatenate(pieces)
+        del pieces[:]
+        pieces = [v for _, _, v in series]
+        series.clear()
+        values = np.concatenate(pieces)
+        del pieces[:]
+    integral = np.zeros(len(times), dtype=np.float64)  # integral of each series up to each point
+    for i in range(len(offsets) - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        if hi - lo > 1:
+            integral[lo + 1 : hi] = np.cumsum(np.diff(times[lo:hi]) * values[lo : hi - 1])
+    return {"counter_offsets": offsets, "counter_t": times, "counter_v": values, "counter_int": integral}
+
+
+def _gpu_series(
+    tables: TraceTables, start: np.ndarray, end: np.ndarray, group_for_device: Callable[[str], str]
+) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
+    """GPU utilization and estimated SM efficiency per device (its temporaries gone on return)."""
+    result = []
+    on_gpu = device_kernels(tables)
+    busy = busy_by_device(start[on_gpu.event], end[on_gpu.event], on_gpu.device)
+    for device, (busy_start, busy_end) in busy.items():
+        on = on_gpu.device == device
+        rows = on_gpu.event[on]
+        t, v = _indicator(busy_start, busy_end, 100.0)
+        group = group_for_device(str(device))
+        result.append(({"name": f"GPU {device} utilization", "group": group, "unit": "%", "mode": "mean"}, t, v))
+        blocks = np.asarray(tables.table("kernels")["blocks_per_sm"])[on_gpu.kernel_index[on]]
+        valid = blocks > 0
+        if valid.any():
+            seg_start, seg_end, value = intervals.weighted_coverage(
+                start[rows][valid], end[rows][valid], blocks[valid], 1.0
+            )
+            t, v = _pieces(seg_start, seg_end, value * 100.0)
+            info = {"name": f"GPU {device} est. SM efficiency", "group": group, "unit": "%", "mode": "mean"}
+            result.append((info, t, v))
+    return result
 
 
 def _counters_group(groups: list[dict[str, Any]]) -> str:
@@ -565,22 +610,33 @@ def _queued_launch_series(
     sorted_corr = launch_corr[order]
     first = np.flatnonzero(np.r_[True, sorted_corr[1:] != sorted_corr[:-1]])  # the first launch of each id
     launch_of_device = _match(sorted_corr[first], launch_rows[order][first], correlation[device_rows])
+    del launch_rows, launch_corr, order, sorted_corr, first
     matched = launch_of_device >= 0
     device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
     group_of_track = {t["id"]: t["group"] for t in tracks}
+    stream_of_device = track[device_rows]
     result = []
-    for stream in np.unique(track[device_rows]).tolist():
-        on = track[device_rows] == stream
-        # finishes first, so that at equal times a finish comes before the next launch counts
-        t = np.concatenate([end[device_rows[on]], start[launch_of_device[on]]])
-        delta = np.concatenate([-np.ones(on.sum()), np.ones(on.sum())])
-        order = np.argsort(t, kind="stable")
-        t, level = t[order], np.cumsum(delta[order])
-        last = np.r_[t[1:] != t[:-1], True]
+    for stream in np.unique(stream_of_device).tolist():
+        on = stream_of_device == stream
+        t, level = _queued_launches(end[device_rows[on]], start[launch_of_device[on]])
         name = next((x["name"] for x in tracks if x["id"] == f"t{stream}"), f"stream {stream}")
         info = {"name": f"{name} queued launches", "group": group_of_track.get(f"t{stream}", ""), "unit": "count"}
-        result.append(({**info, "mode": "extremes"}, t[last], level[last]))
+        result.append(({**info, "mode": "extremes"}, t, level))
     return result
+
+
+def _queued_launches(finishes: np.ndarray, launches: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The count of launches not yet finished, as a step function ``(t, count)`` (one point per distinct time)."""
+    # finishes first, so that at equal times a finish comes before the next launch counts
+    t = np.concatenate([finishes, launches])
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    step = np.ones(len(t), dtype=np.int8)
+    step[: len(finishes)] = -1
+    level = np.cumsum(step[order], dtype=np.int64)
+    del order, step
+    last = np.r_[t[1:] != t[:-1], True]
+    return t[last], level[last].astype(np.float64)
 
 
 def _match(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
