@@ -2,12 +2,11 @@
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
 they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
-which needs no call tree, and builds the call tree and steps that nearly every query reads; the moment that
-child ends (a thread waits for it, ``_HelperLater``: the worker is busy with its own first job by then), it forks
-again: that child shares the tables, the tree and every import (copy on write: nothing is loaded or computed
-twice), and both take the next job of one ordered list through a shared counter: the ``first`` queries, then
-the others as declared. The child writes each result into
-the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
+which needs no call tree, and builds the call tree and steps that nearly every query reads; then, before its
+own first job, it forks again: that child shares the tables, the tree and every import (copy on write: nothing is
+loaded or computed twice), waits for the timeline child to end, and from then on both take the next job of one
+ordered list through a shared counter: the ``first`` queries, then the others as declared. The child writes each
+result into the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
 answers as soon as its own result is written.
 
 A helper that dies or cannot start costs nothing but time: the jobs it had taken and not reported are done
@@ -21,7 +20,6 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -140,12 +138,17 @@ class Counter:
 class ForkedHelper:
     """The worker's child for one trace's jobs: forked with the trace's tables and context in memory."""
 
-    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
+    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter, after: ForkedHelper | None = None) -> None:
+        """``after``: a helper this one waits for before it takes a job (its process ended)."""
         context = multiprocessing.get_context("fork")
         ours, theirs = context.Pipe(duplex=False)
         self._connection: Connection | None = ours
+        after_ended = after._process.sentinel if after is not None else None
         self._process = context.Process(
-            target=_helper_main, args=(theirs, jobs, names, counter), name="profscope-views-helper", daemon=True
+            target=_helper_process,
+            args=(theirs, jobs, names, counter, after_ended),
+            name="profscope-views-helper",
+            daemon=True,
         )
         with objects_frozen_for_fork():
             self._process.start()
@@ -243,6 +246,13 @@ def compute_views(
             with heap.reused():  # no fork meanwhile: the timeline child is forked, the query helper not yet
                 local.shared_structures()
             phase_s["call_tree"] = time.perf_counter() - mark
+            # the child that shares the queries is forked now, between two jobs of this process, and takes its first
+            # job once the timeline child is done: two processes at most compute at a time, so the peak memory is
+            # that of two (the tables and the tree are shared, the temporaries are not). Forked while a job ran (as
+            # it was from a thread when the timeline child ended), it kept that job's arrays for its whole life
+            # (~50 MB at 1 GB): a forked process holds every object the other threads' frames held, for good
+            if counter.peek() < len(names):
+                helpers += _fork(local, names, counter, after=timeline_child)
 
         def reports(wait: bool) -> None:
             for helper in helpers:
@@ -250,18 +260,9 @@ def compute_views(
                     if report is not None:
                         record(report, helper_did=True)
 
-        # the child that shares the queries starts once the timeline child is done: two processes at most at a time,
-        # so the peak memory is that of two (the tables and the tree are shared, the temporaries are not). A thread
-        # forks it the moment the timeline child ends, not once this process's job is done (the Overview, ~0.6 s of
-        # a 1 GB trace, when one core idled)
-        later = _HelperLater(local, names, counter, helpers) if second else None
-        if later is not None:
-            later.start(timeline_child)
         while (taken := counter.take()) < len(names):
             record(local.run(names[taken]))
             reports(wait=False)
-        if later is not None:
-            later.join()
         reports(wait=True)
         if timeline_last:
             local.release()
@@ -272,43 +273,22 @@ def compute_views(
         return errors, by_helper
 
 
-class _HelperLater:
-    """Forks the query helper once ``after`` (the timeline child) has ended, from a thread of its own; not at all
-    when every job was taken first."""
-
-    def __init__(self, jobs: ViewJobs, names: list[str], counter: Counter, helpers: list[ForkedHelper]) -> None:
-        self._args = (jobs, names, counter)
-        self._helpers = helpers
-        self._thread: threading.Thread | None = None
-
-    def start(self, after: ForkedHelper | None) -> None:
-        if after is None:
-            self._fork()
-            return
-        self._thread = threading.Thread(target=self._fork_after, args=(after,), name="views-helper-fork")
-        self._thread.start()
-
-    def _fork_after(self, after: ForkedHelper) -> None:
-        after.wait_for_exit()
-        self._fork()
-
-    def _fork(self) -> None:
-        jobs, names, counter = self._args
-        if counter.peek() < len(names):  # a job is left for it
-            self._helpers += _fork(jobs, names, counter)
-
-    def join(self) -> None:
-        """Wait until the helper is forked or will not be."""
-        if self._thread is not None:
-            self._thread.join()
-
-
-def _fork(jobs: ViewJobs, names: list[str], counter: Counter) -> list[ForkedHelper]:
-    """A forked helper taking ``names`` through ``counter`` (none when no process can be started now)."""
+def _fork(jobs: ViewJobs, names: list[str], counter: Counter, after: ForkedHelper | None = None) -> list[ForkedHelper]:
+    """A forked helper taking ``names`` through ``counter`` once ``after`` has ended (none when no process can be
+    started now)."""
     try:
-        return [ForkedHelper(jobs, names, counter)]
+        return [ForkedHelper(jobs, names, counter, after)]
     except (OSError, AssertionError):  # no process can be started here (AssertionError: from a daemon process)
         return []
+
+
+def _helper_process(
+    connection: Connection, jobs: ViewJobs, names: list[str], counter: Counter, after_ended: int | None
+) -> None:
+    """The forked helper's process: it waits for the process whose sentinel is ``after_ended``, then works."""
+    if after_ended is not None:
+        wait_for_processes([after_ended])
+    _helper_main(connection, jobs, names, counter)
 
 
 def _helper_main(connection: Connection, jobs: ViewJobs, names: list[str], counter: Counter) -> None:
