@@ -243,6 +243,18 @@ class TraceTables:
             shutil.rmtree(directory)
         os.replace(staging, directory)
 
+    def mapped_from(self, directory: Path) -> TraceTables:
+        """These tables with each column read from its file ``save`` wrote to ``directory``, memory-mapped: the
+        columns in memory can go (the caller drops these tables). The views of a parse are computed so: a column
+        takes memory only once read, from the page cache the save just filled, and shared by every process that
+        reads it."""
+        directory = Path(directory)
+        columns = {
+            table_name: {column: map_npy(directory / f"{table_name}.{column}.npy") for column in table}
+            for table_name, table in self.columns.items()
+        }
+        return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=self.meta)
+
     @classmethod
     def load(cls, directory: Path) -> TraceTables:
         directory = Path(directory)
