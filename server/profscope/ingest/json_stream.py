@@ -52,6 +52,20 @@ def valid_utf8(data: bytes | memoryview) -> bytes:
     return str(data, "utf-8", "replace").encode()
 
 
+def failed_on_utf8(exc: Exception, data: bytes | memoryview) -> bool:
+    """Whether decoding ``data`` failed with ``exc`` because its bytes are not UTF-8: msgspec up to 0.22 raises
+    UnicodeDecodeError then, from 0.23 a DecodeError like any malformed JSON (``data`` is checked for that one)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
+    if not isinstance(exc, msgspec.DecodeError):
+        return False
+    try:
+        str(data, "utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
 class CountingReader(io.RawIOBase):
     """Counts the bytes read from the underlying (usually compressed) stream, for progress."""
 
@@ -155,7 +169,9 @@ class ChromeTraceReader:
         try:
             try:
                 return decode(data)
-            except UnicodeDecodeError:
+            except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+                if not failed_on_utf8(exc, data):
+                    raise
                 decoded = decode(valid_utf8(data))
                 self.non_utf8_pieces += 1
                 return decoded

@@ -31,7 +31,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from profscope.ingest.json_stream import TraceFormatError, valid_utf8
+import msgspec
+
+from profscope.ingest.json_stream import TraceFormatError, failed_on_utf8, valid_utf8
 from profscope.ingest.malloc_tuning import keep_heap_for_pieces, objects_frozen_for_fork
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
@@ -241,10 +243,9 @@ class PieceRouter:
         first, rather than searching for a cut that does not exist."""
         try:
             return self.decoder.decode(piece, self.native)
-        except UnicodeDecodeError:
-            raise  # the reader replaces the bytes and decodes again: nothing to do with the cuts
-        except Exception:
-            self.check_speculation()
+        except Exception as exc:
+            if not failed_on_utf8(exc, piece):  # else the reader replaces the bytes and decodes again: not a cut
+                self.check_speculation()
             raise
 
     def check_speculation(self) -> None:
@@ -357,7 +358,9 @@ def _decode_checked(decoder: PieceDecoder, piece: memoryview, native: bool) -> t
     """A piece decoded as the reader would (bytes that are not UTF-8 replaced), and 1 if some were."""
     try:
         return decoder.decode(piece, native), 0
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+        if not failed_on_utf8(exc, piece):
+            raise
         return decoder.decode(valid_utf8(piece), native), 1
 
 
