@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -202,6 +203,15 @@ class Track:
         return self.__dict__.copy()
 
 
+def _mapped_columns(directory: Path, layout: Mapping[str, Iterable[str]]) -> dict[str, dict[str, np.ndarray]]:
+    """Each column of ``layout`` (table -> column names) as ``TraceTables.save`` wrote it to ``directory``,
+    memory-mapped read-only."""
+    return {
+        table: {column: map_npy(directory / f"{table}.{column}.npy") for column in columns}
+        for table, columns in layout.items()
+    }
+
+
 @dataclass
 class TraceTables:
     """Everything parsed from one trace file."""
@@ -248,19 +258,13 @@ class TraceTables:
         columns in memory can go (the caller drops these tables). The views of a parse are computed so: a column
         takes memory only once read, from the page cache the save just filled, and shared by every process that
         reads it."""
-        directory = Path(directory)
-        columns = {
-            table_name: {column: map_npy(directory / f"{table_name}.{column}.npy") for column in table}
-            for table_name, table in self.columns.items()
-        }
+        columns = _mapped_columns(Path(directory), self.columns)
         return TraceTables(columns=columns, strings=self.strings, tracks=self.tracks, meta=self.meta)
 
     @classmethod
     def load(cls, directory: Path) -> TraceTables:
         directory = Path(directory)
-        columns: dict[str, dict[str, np.ndarray]] = {}
-        for table_name, layout in SCHEMA.items():
-            columns[table_name] = {column: map_npy(directory / f"{table_name}.{column}.npy") for column in layout}
+        columns = _mapped_columns(directory, SCHEMA)
         strings = StringTable(json.loads((directory / "strings.json").read_text()))
         tracks = [Track(**t) for t in json.loads((directory / "tracks.json").read_text())]
         meta = json.loads((directory / "meta.json").read_text())

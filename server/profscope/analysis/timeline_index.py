@@ -203,10 +203,10 @@ def _event_depths(track_rows: dict[int, np.ndarray], start: np.ndarray, end: np.
 def _add_lane_bases(keys: tuple[np.ndarray, ...], lane_offsets: np.ndarray, stride: int) -> None:
     """Add ``lane * stride`` to each slice's value in each of ``keys`` (slices in lane order), in place, a block
     of slices at a time: no per-slice array of bases."""
-    count = int(lane_offsets[-1]) if len(lane_offsets) else 0
+    count = int(lane_offsets[-1])  # lane_offsets: one more than the lanes, from 0
     for first in range(0, count, _KEY_BLOCK):
         positions = np.arange(first, min(first + _KEY_BLOCK, count), dtype=np.int64)
-        base = (np.searchsorted(lane_offsets, positions, side="right") - 1).astype(np.int64) * stride
+        base = (np.searchsorted(lane_offsets, positions, side="right") - 1) * stride
         for values in keys:
             values[first : first + len(positions)] += base
 
@@ -495,7 +495,7 @@ def _counter_series(
     start: np.ndarray,
     end: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    series: list[tuple[dict[str, Any], Any, np.ndarray]] = []
+    series: list[tuple[dict[str, Any], np.ndarray, np.ndarray]] = []
     gpu_groups = {g["device"]: g["id"] for g in groups if g["kind"] == "gpu"}
 
     def group_for_device(device: str) -> str:
@@ -524,23 +524,22 @@ def _counter_series(
                 **info,
             }
         )
-    # each series' pieces dropped once joined: the joined arrays and the pieces are not held at once
-    times, values = np.zeros(0, np.int64), np.zeros(0, np.float64)
-    if series:
-        pieces = [t for _, t, _ in series]
-        series = [(info, None, v) for info, _, v in series]
-        times = np.concatenate(pieces)
-        del pieces[:]
-        pieces = [v for _, _, v in series]
-        series.clear()
-        values = np.concatenate(pieces)
-        del pieces[:]
+    time_pieces, value_pieces = [t for _, t, _ in series], [v for _, _, v in series]
+    series.clear()  # each piece is held by its list alone, and dropped once joined
+    times, values = _joined(time_pieces, np.int64), _joined(value_pieces, np.float64)
     integral = np.zeros(len(times), dtype=np.float64)  # integral of each series up to each point
     for i in range(len(offsets) - 1):
         lo, hi = offsets[i], offsets[i + 1]
         if hi - lo > 1:
             integral[lo + 1 : hi] = np.cumsum(np.diff(times[lo:hi]) * values[lo : hi - 1])
     return {"counter_offsets": offsets, "counter_t": times, "counter_v": values, "counter_int": integral}
+
+
+def _joined(pieces: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The pieces end to end; the list is emptied (its pieces are dropped unless held elsewhere)."""
+    joined = np.concatenate(pieces) if pieces else np.zeros(0, dtype)
+    pieces.clear()
+    return joined
 
 
 def _gpu_series(

@@ -183,9 +183,9 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     phase_s: dict[str, float] = {}
     mark = time.perf_counter()
     tables.save(cache.tables_dir(request.cache_key))
+    phase_s["save_tables"] = time.perf_counter() - mark
     facts = _parse_facts(request, tables)
     tables = tables.mapped_from(cache.tables_dir(request.cache_key))
-    phase_s["save_tables"] = time.perf_counter() - mark
     progress: dict[str, Any] = {"facts": facts, "views": []}  # the manifest: results listed as they are written
     cache.write_progress(request.cache_key, progress)
 

@@ -66,6 +66,17 @@ def failed_on_utf8(exc: Exception, data: bytes | memoryview) -> bool:
     return False
 
 
+def decode_replacing_non_utf8(decode: Callable[[Any], T], data: bytes | memoryview) -> tuple[T, bool]:
+    """``(decode(data), False)``, or when ``data`` is not UTF-8, ``decode`` of it with those bytes replaced by U+FFFD
+    and True: what the reader and both decoding processes do with every piece."""
+    try:
+        return decode(data), False
+    except (UnicodeDecodeError, msgspec.DecodeError) as exc:
+        if not failed_on_utf8(exc, data):
+            raise
+    return decode(valid_utf8(data)), True
+
+
 class CountingReader(io.RawIOBase):
     """Counts the bytes read from the underlying (usually compressed) stream, for progress."""
 
@@ -167,14 +178,9 @@ class ChromeTraceReader:
     def _decode(self, decode: Callable[[Any], T], data: bytes | memoryview) -> T:
         """``decode(data)``, tolerating bytes that are not UTF-8 and refusing absurd nesting clearly."""
         try:
-            try:
-                return decode(data)
-            except (UnicodeDecodeError, msgspec.DecodeError) as exc:
-                if not failed_on_utf8(exc, data):
-                    raise
-                decoded = decode(valid_utf8(data))
-                self.non_utf8_pieces += 1
-                return decoded
+            decoded, replaced = decode_replacing_non_utf8(decode, data)
+            self.non_utf8_pieces += replaced
+            return decoded
         except RecursionError:
             raise TraceFormatError(
                 f"JSON nested too deeply (more than about 1,000 levels of '[' or '{{') within the "

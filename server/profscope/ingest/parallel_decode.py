@@ -31,9 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
-from profscope.ingest.json_stream import TraceFormatError, failed_on_utf8, valid_utf8
+from profscope.ingest.json_stream import TraceFormatError, decode_replacing_non_utf8, failed_on_utf8
 from profscope.ingest.malloc_tuning import keep_heap_for_pieces, objects_frozen_for_fork
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
@@ -356,12 +354,8 @@ class PieceRouter:
 
 def _decode_checked(decoder: PieceDecoder, piece: memoryview, native: bool) -> tuple[Any, int]:
     """A piece decoded as the reader would (bytes that are not UTF-8 replaced), and 1 if some were."""
-    try:
-        return decoder.decode(piece, native), 0
-    except (UnicodeDecodeError, msgspec.DecodeError) as exc:
-        if not failed_on_utf8(exc, piece):
-            raise
-        return decoder.decode(valid_utf8(piece), native), 1
+    decoded, replaced = decode_replacing_non_utf8(lambda data: decoder.decode(data, native), piece)
+    return decoded, int(replaced)
 
 
 def _decode_pieces(

@@ -157,10 +157,6 @@ class ForkedHelper:
     def alive(self) -> bool:
         return self._connection is not None
 
-    def wait_for_exit(self) -> None:
-        """Block until the process has ended (its reports may still be unread)."""
-        wait_for_processes([self._process.sentinel])
-
     def reports(self, wait: bool) -> Iterator[Report | None]:
         """What the helper finished since the last call; None once it takes no further job (it is done).
         ``wait``: block until it is done (or gone)."""
