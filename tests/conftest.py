@@ -31,6 +31,20 @@ def corpus_file(relative: str) -> Path:
     return path
 
 
+def resident_bytes_mapped_under(directory: Path) -> int:
+    """Bytes of this process's mappings of files under ``directory`` that are in its page tables now (``Rss`` in
+    /proc/self/smaps): 0 when no page of them is mapped."""
+    prefix, resident, inside = str(Path(directory).resolve()) + "/", 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line; its path, if any, last
+                inside = len(fields) >= 6 and fields[-1].startswith(prefix)
+            elif inside and fields[0] == "Rss:":
+                resident += int(fields[1]) << 10
+    return resident
+
+
 def app_routes(routes: list[Any]) -> Iterator[Any]:
     """Every route of an app (``app.routes``), those of the routers it includes too."""
     for route in routes:

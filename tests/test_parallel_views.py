@@ -186,3 +186,34 @@ def test_the_views_read_the_saved_tables_and_the_parse_s_arrays_are_gone(
     assert "error" not in summary and summary["view_errors"] == {}
     ((columns, mapped, alive),) = seen
     assert len(parsed) == columns > 20 and mapped == columns and alive == 0
+
+
+def test_each_view_job_leaves_no_page_of_the_tables_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker and its helper each computed view after view on the memory-mapped tables, and kept every page any
+    of them had read: at 1 GB ~100 MB per process at the peak, of pages the view computing now did not read. Each
+    job, and the shared structures before them, now unmaps what it read; the results are the same."""
+    from conftest import resident_bytes_mapped_under
+    from profscope.tables import TraceTables
+
+    request = _request(tmp_path, TRACES[0], "released", second_core=False)
+    assert run_ingest(request)["view_errors"] == {}
+    written = _results(request)
+    cache = TraceCache(Path(request.cache_root))
+    tables_dir = cache.tables_dir(request.cache_key)
+    mapped_when_released: list[int] = []
+    release = TraceTables.release_pages
+
+    def release_watched(self: TraceTables) -> None:
+        mapped_when_released.append(resident_bytes_mapped_under(tables_dir))
+        release(self)
+
+    monkeypatch.setattr(TraceTables, "release_pages", release_watched)
+    jobs = ViewJobs(cache, request, TraceTables.load(tables_dir))
+    jobs.shared_structures()
+    after = {"shared structures": resident_bytes_mapped_under(tables_dir)}
+    for name in job_names(request):
+        jobs.run(name)
+        after[name] = resident_bytes_mapped_under(tables_dir)
+    assert len(after) > 10 and after == dict.fromkeys(after, 0)
+    assert max(mapped_when_released) > 1 << 20  # the jobs did read the tables, and released them
+    assert _results(request) == written

@@ -509,3 +509,33 @@ def test_the_index_build_holds_each_array_only_while_it_is_needed(monkeypatch, t
     index = write_timeline_index(tables, tmp_path / "index")
     assert len(index.info["levels"]) >= 2 and watched["rows by track"] and len(watched["counters"]) == 4
     assert alive == [{"levels start": 0}] + [{f"level {level}": 0} for level in index.info["levels"]]
+
+
+def test_the_levels_are_merged_with_no_page_of_the_tables_mapped(monkeypatch, tmp_path):
+    """The index is built from the memory-mapped tables, beside the call tree, and its peak is the levels' merge:
+    the events' pages it had read (~130 MB at 1 GB) stayed mapped through it. They are unmapped once read; the
+    index is the same as the one built from the tables in memory."""
+    from conftest import resident_bytes_mapped_under
+    from profscope.analysis import timeline_index
+    from profscope.tables import TraceTables
+
+    with open(corpus_file(TRACES["resnet50_v100"]), "rb") as raw:
+        parsed = parse_trace(raw, use_second_core=False)
+    parsed.save(tmp_path / "tables")
+    mapped_at_levels: list[int] = []
+    build_levels = timeline_index._build_levels
+
+    def levels_watched(*arguments):
+        mapped_at_levels.append(resident_bytes_mapped_under(tmp_path / "tables"))
+        return build_levels(*arguments)
+
+    monkeypatch.setattr(timeline_index, "_build_levels", levels_watched)
+    tables = TraceTables.load(tmp_path / "tables")
+    assert np.asarray(tables.events["ts_ns"]).sum() and resident_bytes_mapped_under(tmp_path / "tables") > 0
+    write_timeline_index(tables, tmp_path / "mapped")
+    assert mapped_at_levels == [0]
+    build_timeline_index(parsed).save(tmp_path / "in_memory")
+    files = sorted(p.name for p in (tmp_path / "in_memory").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "mapped").iterdir()) and len(files) > 10
+    for name in files:
+        assert (tmp_path / "mapped" / name).read_bytes() == (tmp_path / "in_memory" / name).read_bytes(), name

@@ -12,6 +12,7 @@ relative times keep every value small.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import threading
@@ -252,6 +253,17 @@ class TraceTables:
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(staging, directory)
+
+    def release_pages(self) -> None:
+        """Unmap the pages of the memory-mapped columns read so far: the next read maps them again from the page
+        cache. A process that runs one view after another so holds only what the current one reads."""
+        if not hasattr(mmap, "MADV_DONTNEED"):  # not Linux or macOS: the pages stay
+            return
+        for table in self.columns.values():
+            for values in table.values():
+                mapping = getattr(values, "_mmap", None)
+                if mapping is not None:
+                    mapping.madvise(mmap.MADV_DONTNEED)
 
     def mapped_from(self, directory: Path) -> TraceTables:
         """These tables with each column read from its file ``save`` wrote to ``directory``, memory-mapped: the

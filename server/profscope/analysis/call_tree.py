@@ -85,6 +85,7 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     del runtime_enclosing, parent, alias  # each array is dropped once read for the last time: the build's peak
     device_rows, device_runtime, device_node = _device_launches(events, runtime_rows, runtime_node)
     del runtime_node
+    tables.release_pages()  # the times and ids are read: only names, kinds and durations are read again
     excluded = name_rules.string_mask(
         tables.strings,
         lambda s: (

@@ -162,6 +162,8 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     finished("busy_cum", busy_cum)
     del busy_cum
     raw_name = np.asarray(names[raw_event], dtype=np.int32)
+    del names
+    tables.release_pages()  # every column is read: their pages go before the levels' merge, the build's peak
     finished("raw_event", raw_event)
     del raw_event
     busy = raw_end - raw_start

@@ -71,6 +71,7 @@ class ViewJobs:
         A failure here is left to the queries, which report it."""
         with contextlib.suppress(Exception):
             self.context.steps  # noqa: B018 - builds the tree too
+        self.tables.release_pages()  # the helper forked next would hold the pages they read too
 
     def release(self) -> None:
         """Drop the call tree and every shared structure: what comes next (the timeline index) needs the room."""
@@ -94,6 +95,7 @@ class ViewJobs:
             stored = query.stored_name
             if error is not None:
                 log.error("query %s failed for %s", name, self.request.key)
+        self.tables.release_pages()  # this process holds only the pages of the job it runs
         return name, stored, time.perf_counter() - mark, error
 
     def _timeline(self) -> str | None:
