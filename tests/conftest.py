@@ -31,15 +31,15 @@ def corpus_file(relative: str) -> Path:
     return path
 
 
-def resident_bytes_mapped_under(directory: Path) -> int:
-    """Bytes of this process's mappings of files under ``directory`` that are in its page tables now (``Rss`` in
-    /proc/self/smaps): 0 when no page of them is mapped."""
-    prefix, resident, inside = str(Path(directory).resolve()) + "/", 0, False
+def resident_bytes_mapped_under(path: Path) -> int:
+    """Bytes of this process's mappings of the file ``path``, or of files under it, that are in its page tables now
+    (``Rss`` in /proc/self/smaps): 0 when no page of them is mapped."""
+    target, resident, inside = str(Path(path).resolve()), 0, False
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             fields = line.split()
             if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line; its path, if any, last
-                inside = len(fields) >= 6 and fields[-1].startswith(prefix)
+                inside = len(fields) >= 6 and (fields[-1] == target or fields[-1].startswith(target + "/"))
             elif inside and fields[0] == "Rss:":
                 resident += int(fields[1]) << 10
     return resident

@@ -69,5 +69,6 @@ def test_released_pages_of_mapped_columns_are_unmapped_and_read_again_unchanged(
     assert resident_bytes_mapped_under(tmp_path / "tables") > 1 << 20
     parsed.release_pages()  # columns in memory: nothing to unmap, nothing changes
     assert all(
-        np.array_equal(parsed.columns[t][c], values, equal_nan=values.dtype.kind == "f") for (t, c), values in before.items()
+        np.array_equal(parsed.columns[t][c], values, equal_nan=values.dtype.kind == "f")
+        for (t, c), values in before.items()
     )
