@@ -140,6 +140,37 @@ def test_serving_on_is_said_once_the_port_accepts_connections(tmp_path: Path) ->
         process.wait(timeout=30)
 
 
+def test_the_server_s_connections_send_small_writes_at_once(tmp_path: Path) -> None:
+    """``serve`` binds its socket itself, and asyncio sets TCP_NODELAY only on a connection whose socket names
+    IPPROTO_TCP: without it, every response written in two parts (headers, then a file or a gzipped body) waited
+    for the client's delayed ACK, ~40 ms per request. Checked where uvicorn gets its connections: an asyncio server
+    on the bound socket."""
+    import asyncio
+
+    from profscope.cli import _bind
+
+    async def accepted_nodelay() -> int:
+        seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                accepted = transport.get_extra_info("socket")
+                seen.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        sock = _bind("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        try:
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+            value = await asyncio.wait_for(seen, timeout=10)
+            writer.close()
+            return value
+        finally:
+            server.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
+
+
 def _stop_after_parsing(tmp_path: Path, stop: signal.Signals) -> tuple[int, str]:
     """Serve a run until parsed (the parser pool and its queues exist), then stop it as a service manager does."""
     root = tmp_path / "root" / "job"

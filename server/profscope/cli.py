@@ -415,7 +415,10 @@ def _bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound (and listening: early connections wait in its backlog) before anything says
     "serving on"; OSError when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, as getaddrinfo names it for uvicorn's own sockets: asyncio sets TCP_NODELAY only on a
+    # connection whose socket says so. Without it, a response written in two parts (headers, then the body:
+    # every file and every gzipped answer) waited for the client's delayed ACK, ~40 ms per request
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restart while in TIME_WAIT
     try:
         sock.bind((host, port))
@@ -471,7 +474,7 @@ def serve(args: argparse.Namespace) -> int:
 def _at_lower_priority(work: Callable[[], None]) -> None:
     """``work()`` run on a thread of its own, at a lower priority (Linux: a thread's nice value is its own), waited
     for. The web framework's imports take ~1 s of CPU at start, while the first parses run on both cores: at the
-    same priority they took a share of them (nsres_x200MB: every view 0.2-0.3 s later, bench/RESULTS.md run 22)."""
+    same priority they took a share of them (nsres_x200MB: every view ~0.1 s later, bench/RESULTS.md run 22)."""
     import threading
 
     failed: list[BaseException] = []
