@@ -146,6 +146,7 @@ def test_the_server_s_connections_send_small_writes_at_once(tmp_path: Path) -> N
     for the client's delayed ACK, ~40 ms per request. Checked where uvicorn gets its connections: an asyncio server
     on the bound socket."""
     import asyncio
+    import concurrent.futures
 
     from profscope.cli import _bind
 
@@ -168,7 +169,9 @@ def test_the_server_s_connections_send_small_writes_at_once(tmp_path: Path) -> N
         finally:
             server.close()
 
-    assert asyncio.run(accepted_nodelay()) != 0
+    # a thread of its own: an event loop may already run in this one (the browser tests' Playwright)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(asyncio.run, accepted_nodelay()).result(timeout=60) != 0
 
 
 def _stop_after_parsing(tmp_path: Path, stop: signal.Signals) -> tuple[int, str]:
