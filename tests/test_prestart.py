@@ -197,47 +197,6 @@ cli.main(["serve", {str(tmp_path)!r}, "--port", "0", "--cache-dir", {str(tmp_pat
     assert done.stdout.strip() == f"collection on: True during imports: {paused}"
 
 
-def test_serve_imports_the_web_framework_at_a_lower_priority_than_the_parses(tmp_path: Path) -> None:
-    """The web framework's imports (~1 s of CPU) run while the first parses do, on both cores: ``serve`` runs them on
-    a thread of their own at niceness +10, and answers at its own priority, that of the forked parse workers."""
-    import subprocess
-    import sys
-
-    script = f"""
-import os, threading
-import uvicorn
-from profscope import cli
-base = os.getpriority(os.PRIO_PROCESS, 0)
-seen = []
-import_web_app = cli._import_web_app
-def watched():
-    seen.append((threading.current_thread() is threading.main_thread(), os.getpriority(os.PRIO_PROCESS, 0)))
-    import_web_app()
-def answering(*args, **kwargs):
-    print(base, seen, os.getpriority(os.PRIO_PROCESS, 0), flush=True)
-    os._exit(0)
-cli._import_web_app = watched
-uvicorn.Server.run = answering
-cli.main(["serve", {str(tmp_path)!r}, "--port", "0", "--cache-dir", {str(tmp_path / "cache")!r}])
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    base, rest = done.stdout.strip().split(" ", 1)
-    assert rest == f"[(False, {min(int(base) + 10, 19)})] {base}"
-
-
-def test_work_at_a_lower_priority_raises_its_error_in_the_caller() -> None:
-    from profscope.cli import _at_lower_priority
-
-    def failing() -> None:
-        raise ValueError("no such module")
-
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    with pytest.raises(ValueError, match="no such module"):
-        _at_lower_priority(failing)
-    assert os.getpriority(os.PRIO_PROCESS, 0) == before
-
-
 def test_glibc_is_opened_by_its_soname_without_a_subprocess(monkeypatch):
     """``ctypes.util.find_library`` runs ``ldconfig -p`` in a subprocess (~11 ms on ``serve``'s way to its first
     parse): the malloc tuning opens glibc by its soname, as every glibc Linux names it."""

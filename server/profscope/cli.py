@@ -11,7 +11,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -399,8 +398,6 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 # connection just as profscope closes it and answer 502. uvicorn's default of 5 s did that to 1 request
 # in ~40,000 in the load test (bench/RESULTS.md, Reliability).
 KEEP_ALIVE_SECONDS = 75
-# the web framework's imports at start run at this niceness: the first parses come first (_at_lower_priority)
-IMPORTS_NICENESS = 10
 
 
 class _Stopped(Exception):
@@ -471,42 +468,10 @@ def serve(args: argparse.Namespace) -> int:
         state.stop()  # also when the app never started (the app's lifespan stops it too: a second stop does nothing)
 
 
-def _at_lower_priority(work: Callable[[], None]) -> None:
-    """``work()`` run on a thread of its own, at a lower priority (Linux: a thread's nice value is its own), waited
-    for. The web framework's imports take ~1 s of CPU at start, while the first parses run on both cores: at the
-    same priority they took a share of them (nsres_x200MB: every view ~0.1 s later, bench/RESULTS.md run 22)."""
-    import threading
-
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), IMPORTS_NICENESS)
-        try:
-            work()
-        except BaseException as exc:  # raised again by the caller
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="profscope-imports")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-
-
-def _import_web_app() -> None:
-    """What ``_serve_app`` imports (then found in ``sys.modules``)."""
-    import uvicorn  # noqa: F401
-
-    import profscope.app
-    import profscope.http_protocol  # noqa: F401
-
-
 def _serve_app(args: argparse.Namespace, settings: Settings, sock: socket.socket, state: Profscope) -> int:
     from profscope.ingest.malloc_tuning import collection_paused
 
-    with collection_paused():  # imports: they compete with the first parse for the CPU (at a lower priority)
-        _at_lower_priority(_import_web_app)
+    with collection_paused():  # imports: they compete with the first parse for the CPU
         import uvicorn
 
         from profscope.app import create_app
