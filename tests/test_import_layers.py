@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "profscope.metrics",
             "profscope.auth",
             "profscope.guard",
+            "profscope.static_assets",
             "profscope.http_protocol",
             "profscope.app",
             "profscope.indexer",

@@ -10,16 +10,26 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import FileResponse, Response
-from fastapi.staticfiles import StaticFiles
+from fastapi.responses import Response
 
 from profscope import __version__, auth
-from profscope.assets import plotly_js, plotly_js_gzip, web_dir
+from profscope.assets import web_dir
 from profscope.config import Settings
-from profscope.guard import HEAVY_PATHS, PROBE_PATHS, HeavyRequestQueue, RequestGuard, route_path
+from profscope.guard import (
+    HEAVY_PATHS,
+    PROBE_PATHS,
+    HeavyRequestQueue,
+    Message,
+    Receive,
+    RequestGuard,
+    Scope,
+    Send,
+    route_path,
+)
 from profscope.logs import ACCESS_LOGGER
 from profscope.metrics import CONTENT_TYPE, Metrics
 from profscope.state import Profscope
+from profscope.static_assets import StaticAssets
 from profscope.views.registry import VIEWS
 
 log = logging.getLogger("profscope")
@@ -28,6 +38,11 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'self'; form-action 'self'"
+)
+SECURITY_HEADERS = (
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
 )
 GUARDED_PATHS = PROBE_PATHS | HEAVY_PATHS
 LOGGED_METHOD_CHARS = 16  # a client may send a method name of any length
@@ -62,67 +77,24 @@ def create_app(settings: Settings, started: Profscope | None = None) -> FastAPI:
 
     app.add_middleware(GZipMiddleware, minimum_size=4096)  # JSON of big windows and tables compresses ~10x
     app.add_middleware(HeavyRequestQueue, metrics=metrics)
-    # Middleware: the last added runs first. Order: observe (log + metrics) > headers > guard (probes,
+    # Middleware: the last added runs first. Order: observe (log + metrics + headers) > guard (probes,
     # hosts, paths) > access control > the heavy routes' queue > gzip.
     if settings.access_control:
         app.state.access_control = auth.AccessControl(settings)
         app.add_middleware(auth.AccessMiddleware, control=app.state.access_control)
     app.add_middleware(RequestGuard, allowed_hosts=settings.allowed_hosts, readiness=lambda: readiness(app))
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
-        response = await call_next(request)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        return response
-
-    @app.middleware("http")
-    async def observe(request: Request, call_next) -> Response:  # type: ignore[no-untyped-def]
-        started = time.perf_counter()
-        method = request.method[:LOGGED_METHOD_CHARS]  # before the guard answers a HEAD as a GET
-        status = 500
-        try:
-            response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            seconds = time.perf_counter() - started
-            route = route_template(request, status)
-            metrics.observe_request(method, route, status, seconds)
-            access_log.info(
-                "%s %s %d %.1fms",
-                method,
-                request.url.path,
-                status,
-                seconds * 1000,
-                extra={
-                    "method": method,
-                    "route": route,
-                    "path": request.url.path,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 2),
-                    "user": getattr(request.state, "user", None),
-                },
-            )
+    app.add_middleware(Observe, metrics=metrics)
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus_metrics() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    @app.get("/static/vendor/plotly.min.js", include_in_schema=False)
-    def plotly_bundle(request: Request) -> Response:  # sync: the first compression runs in a thread
-        headers = {"Cache-Control": "max-age=86400", "Vary": "Accept-Encoding"}
-        if "gzip" in request.headers.get("accept-encoding", ""):
-            headers["Content-Encoding"] = "gzip"  # the gzip middleware passes it through as is
-            return Response(plotly_js_gzip(), media_type="application/javascript", headers=headers)
-        return FileResponse(plotly_js(), media_type="application/javascript", headers=headers)
-
     for view in VIEWS:
         if view.router is not None:
             app.include_router(view.router)
     app.include_router(auth.router)
-    app.mount("/static", StaticFiles(directory=str(web_dir() / "static")), name="static")
+    app.mount("/static", StaticAssets(web_dir() / "static"), name="static")
 
     from profscope import pages
 
@@ -150,3 +122,55 @@ def route_template(request: Request, status: int) -> str:
     if request.scope.get("root_path"):  # a mount (static files)
         return request.scope["root_path"]
     return "<refused>" if status in (401, 403) else "<unmatched>"
+
+
+class Observe:
+    """The outermost middleware, plain ASGI (Starlette's ``BaseHTTPMiddleware`` costs a task and a stream per
+    request, ~1 ms each on this machine): every answer gets the security headers it does not set itself, is
+    counted in the metrics and written to the access log."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        method = scope["method"][:LOGGED_METHOD_CHARS]  # before the guard answers a HEAD as a GET
+        status = 500  # what the server answers when the app raises before it answered
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", ()))
+                present = {key.lower() for key, _ in headers}
+                headers += [(key, value) for key, value in SECURITY_HEADERS if key not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            seconds = time.perf_counter() - started
+            request = Request(scope)
+            route = route_template(request, status)
+            self.metrics.observe_request(method, route, status, seconds)
+            path = scope["path"]
+            access_log.info(
+                "%s %s %d %.1fms",
+                method,
+                path,
+                status,
+                seconds * 1000,
+                extra={
+                    "method": method,
+                    "route": route,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
+                    "user": scope.get("state", {}).get("user"),
+                },
+            )

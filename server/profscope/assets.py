@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import gzip
 from pathlib import Path
 
 
@@ -21,13 +19,6 @@ def plotly_js() -> Path:
     """plotly.js with only the traces the pages draw (scripts/build_plotly_bundle.sh), committed with the
     web assets: no CDN, works air-gapped, a quarter of the full bundle to parse before the first chart."""
     return web_dir() / "static" / "vendor" / "plotly.min.js"
-
-
-@functools.cache
-def plotly_js_gzip() -> bytes:
-    """plotly.js gzipped once (0.44 of 1.3 MB). Left to the gzip middleware, every download compressed it
-    again on the event loop: ~0.8 s per browser, during which no other request was answered."""
-    return gzip.compress(plotly_js().read_bytes(), compresslevel=9, mtime=0)
 
 
 def demo_traces() -> Path:

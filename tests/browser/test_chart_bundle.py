@@ -110,3 +110,17 @@ def test_every_module_a_page_loads_was_announced_in_its_head(page, charts_server
                  .filter((url) => url.includes('/static/js/') && !url.includes('/static/js/pages/'))"""
         )
         assert loaded and set(loaded) <= announced, (path, sorted(set(loaded) - announced))
+
+
+def test_the_runs_list_is_asked_for_once_with_the_modules(page, charts_server: Server) -> None:
+    """Every page's first question, the runs list, is fetched with its modules (``<link rel=preload>`` in
+    base.html), and the page's own ``fetch`` takes that answer: were the two requests to differ (a header, a
+    credentials mode), the list would be asked for again after the modules ran, one round trip later."""
+    for path in (*PAGES, "/trace?run=resnet50_num_workers_0", "/"):
+        page.goto(f"{charts_server.url}{path}")
+        page.wait_for_function("() => document.querySelector('#sel-run, #runs table')")
+        asked = page.evaluate(
+            """() => performance.getEntriesByType('resource')
+                 .filter((e) => new URL(e.name).pathname === '/api/runs').map((e) => e.initiatorType)"""
+        )
+        assert asked == ["link"], (path, asked)

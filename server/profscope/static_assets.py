@@ -1,0 +1,125 @@
+"""The web assets (``web/static``) answered from memory, on the event loop.
+
+A page's first load asks for its stylesheet, a dozen modules and plotly.js at once. Starlette's
+``StaticFiles`` answered each through the thread pool (a stat, an open, a read per file) and the gzip
+middleware compressed the larger ones again on every request; on a 2-core machine, with Chromium
+starting its renderer on the same cores, the last module arrived ~300 ms after it was asked for.
+Here each file is read and compressed once, kept with its ETag, and answered in one send; a file that
+changed on disk (a developer editing a module) is read again, as ``os.stat`` says.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import mimetypes
+import os
+from dataclasses import dataclass
+from email.utils import formatdate
+from pathlib import Path
+
+from profscope.guard import Receive, Scope, Send, route_path
+
+COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml")
+MIN_COMPRESSED_BYTES = 1024  # smaller files gain less than the header costs
+# plotly.js is the only file named in the pages' <head> with a version-free URL that never changes
+# within a release; the others are revalidated (ETag) so an upgrade never mixes old and new modules.
+LONG_CACHED = frozenset({"vendor/plotly.min.js"})
+
+
+@dataclass(frozen=True, slots=True)
+class Asset:
+    stamp: tuple[int, int]  # (mtime_ns, size): read again when either changes
+    body: bytes
+    gzipped: bytes | None
+    etag: bytes
+    media_type: bytes
+    last_modified: bytes
+
+
+def _media_type(path: Path) -> str:
+    if path.suffix in (".js", ".mjs"):
+        return "application/javascript"  # mimetypes says text/javascript on some systems, nothing on others
+    guessed, _ = mimetypes.guess_type(path.name)
+    return guessed or "application/octet-stream"
+
+
+def load_asset(path: Path, stat: os.stat_result) -> Asset:
+    body = path.read_bytes()
+    media_type = _media_type(path)
+    gzipped = None
+    if len(body) >= MIN_COMPRESSED_BYTES and media_type.startswith(COMPRESSED_TYPES):
+        gzipped = gzip.compress(body, compresslevel=9, mtime=0)
+    charset = "; charset=utf-8" if media_type.startswith("text/") or media_type == "application/javascript" else ""
+    return Asset(
+        stamp=(stat.st_mtime_ns, stat.st_size),
+        body=body,
+        gzipped=gzipped,
+        etag=f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'.encode(),
+        media_type=(media_type + charset).encode(),
+        last_modified=formatdate(stat.st_mtime, usegmt=True).encode(),
+    )
+
+
+class StaticAssets:
+    """An ASGI app mounted at ``/static``: GET (and HEAD, through the guard) of a file under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.assets: dict[str, Asset] = {}
+
+    def find(self, relative: str) -> Asset | None:
+        if not relative or relative.startswith("/") or "\\" in relative or "\x00" in relative:
+            return None
+        parts = relative.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            return None
+        path = self.root.joinpath(*parts)
+        try:
+            stat = path.stat()
+        except (OSError, ValueError):
+            return None
+        if not path.is_file():
+            return None
+        asset = self.assets.get(relative)
+        if asset is None or asset.stamp != (stat.st_mtime_ns, stat.st_size):
+            asset = load_asset(path, stat)
+            self.assets[relative] = asset
+        return asset
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        relative = route_path(scope).removeprefix("/")
+        asset = self.find(relative) if scope["method"] == "GET" else None
+        if asset is None:
+            status = 404 if scope["method"] == "GET" else 405
+            body = b"Not Found" if status == 404 else b"Method Not Allowed"
+            await _send(send, status, [(b"content-type", b"text/plain; charset=utf-8")], body)
+            return
+        headers = [
+            (b"content-type", asset.media_type),
+            (b"etag", asset.etag),
+            (b"last-modified", asset.last_modified),
+            (b"cache-control", b"max-age=86400" if relative in LONG_CACHED else b"no-cache"),
+        ]
+        request_headers = dict(scope["headers"])
+        if asset.etag in _etags(request_headers.get(b"if-none-match", b"")):
+            await _send(send, 304, headers, b"")
+            return
+        body = asset.body
+        if asset.gzipped is not None:
+            headers.append((b"vary", b"Accept-Encoding"))
+            if b"gzip" in request_headers.get(b"accept-encoding", b""):
+                headers.append((b"content-encoding", b"gzip"))  # the gzip middleware passes it through
+                body = asset.gzipped
+        await _send(send, 200, headers, body)
+
+
+def _etags(header: bytes) -> set[bytes]:
+    return {tag.strip().removeprefix(b"W/") for tag in header.split(b",") if tag.strip()}
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    if status != 304:
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,108 @@
+"""The web assets over real HTTP (``static_assets.py``): every file under ``web/static`` answered from memory
+with its type, its ETag and, for text, a body gzipped once and sent as stored bytes; a file edited on disk is
+answered anew; anything else under ``/static`` is a 404. (Paths that try to leave the folder:
+tests/hostile/test_paths.py.)"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from profscope.assets import plotly_js, web_dir
+from profscope.static_assets import MIN_COMPRESSED_BYTES, StaticAssets
+from serving import running_server
+
+STATIC = web_dir() / "static"
+FILES = sorted(p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*") if p.is_file())
+TYPES = {".js": "application/javascript", ".css": "text/css", ".svg": "image/svg+xml", ".png": "image/png"}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("static")
+    (tmp / "traces").mkdir()
+    with running_server([tmp / "traces"], tmp / "cache") as base, httpx.Client(base_url=base) as http:
+        yield http
+
+
+def test_plotly_is_sent_precompressed(client: httpx.Client) -> None:
+    original = plotly_js().read_bytes()
+    for _ in range(2):  # the second answer comes from the stored bytes
+        with client.stream("GET", "/static/vendor/plotly.min.js", headers={"Accept-Encoding": "gzip"}) as zipped:
+            raw = b"".join(zipped.iter_raw())
+        assert zipped.headers["content-encoding"] == "gzip" and "accept-encoding" in zipped.headers["vary"].lower()
+        # a stored body has its length up front; the middleware's per-request compression streams it chunked
+        assert int(zipped.headers.get("content-length", -1)) == len(raw) < len(original) / 2
+        assert gzip.decompress(raw) == original
+        assert zipped.headers["cache-control"] == "max-age=86400"
+    plain = client.get("/static/vendor/plotly.min.js", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == original
+
+
+@pytest.mark.parametrize("relative", FILES)
+def test_every_asset_is_answered_whole_with_its_type(client: httpx.Client, relative: str) -> None:
+    original = (STATIC / relative).read_bytes()
+    with client.stream("GET", f"/static/{relative}", headers={"Accept-Encoding": "gzip"}) as answer:
+        raw = b"".join(answer.iter_raw())
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].split(";")[0] == TYPES[Path(relative).suffix]
+    assert int(answer.headers["content-length"]) == len(raw)
+    assert answer.headers["x-content-type-options"] == "nosniff"  # the app's headers reach assets too
+    if answer.headers.get("content-encoding") == "gzip":
+        assert gzip.decompress(raw) == original and len(raw) < len(original)
+    else:
+        assert raw == original
+        textual = Path(relative).suffix in (".js", ".css", ".svg")
+        assert not textual or len(original) < MIN_COMPRESSED_BYTES, "a text asset was sent uncompressed"
+
+
+@pytest.mark.parametrize("relative", ["js/api.js", "css/profscope.css"])
+def test_a_known_etag_is_answered_304_without_a_body(client: httpx.Client, relative: str) -> None:
+    first = client.get(f"/static/{relative}")
+    etag = first.headers["etag"]
+    assert first.headers["cache-control"] == "no-cache"  # revalidated: an upgrade never mixes old and new modules
+    again = client.get(f"/static/{relative}", headers={"If-None-Match": f'W/"other", {etag}'})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    other = client.get(f"/static/{relative}", headers={"If-None-Match": '"other"'})
+    assert other.status_code == 200 and other.content == first.content
+
+
+def test_head_answers_the_headers_of_get(client: httpx.Client) -> None:
+    get, head = client.get("/static/js/api.js"), client.head("/static/js/api.js")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["etag"] == get.headers["etag"] and head.headers["content-type"] == get.headers["content-type"]
+
+
+NOT_FILES = ["/static/", "/static/js", "/static/js/", "/static/js/nothing.js", "/static/js//api.js"]
+
+
+@pytest.mark.parametrize("path", NOT_FILES)
+def test_what_is_not_a_file_of_the_folder_is_404(client: httpx.Client, path: str) -> None:
+    answer = client.get(path)
+    assert answer.status_code == 404, path
+
+
+def test_other_methods_are_refused(client: httpx.Client) -> None:
+    assert client.post("/static/js/api.js").status_code == 405
+
+
+def test_a_file_edited_on_disk_is_answered_anew(tmp_path: Path) -> None:
+    (tmp_path / "js").mkdir()
+    module = tmp_path / "js" / "page.js"
+    module.write_text("export const a = 1;\n" * 100)
+    assets = StaticAssets(tmp_path)
+    first = assets.find("js/page.js")
+    assert first is not None and first.body == module.read_bytes() and first.gzipped is not None
+    assert assets.find("js/page.js") is first  # kept
+    module.write_text("export const b = 2;\n" * 100)
+    stat = module.stat()
+    os.utime(module, ns=(stat.st_atime_ns, first.stamp[0] + 1_000_000))  # a new mtime even on coarse clocks
+    second = assets.find("js/page.js")
+    assert second is not None and second.body == module.read_bytes() and second.etag != first.etag
+    assert gzip.decompress(second.gzipped) == module.read_bytes()
+    module.unlink()
+    assert assets.find("js/page.js") is None
