@@ -150,3 +150,26 @@ def test_a_snapshot_over_the_configured_limit_is_refused_alone(tmp_path: Path) -
         assert "more than 4,194,304 bytes" in message and "--max-snapshot-bytes" in message
         assert httpx.get(f"{base}/api/memory", params={"run": "job"}).json()["peak_allocated_bytes"] == 4_802_648
         assert httpx.get(f"{base}/api/overview", params={"run": "job"}).status_code == 200
+
+
+def test_the_whole_trace_s_statistics_kept_from_the_first_request_equal_a_window_over_all_of_it(tmp_path: Path) -> None:
+    """The page's first request (no window) gets statistics computed once per trace and kept; they must be those
+    of a window over the whole trace, and a narrower window must still get its own."""
+    source = corpus_file("kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    root = tmp_path / "traces" / "job"
+    root.mkdir(parents=True)
+    shutil.copy(source, root / source.name)
+    with running_server([tmp_path / "traces"], tmp_path / "cache") as base:
+        _ready(base)
+        whole = httpx.get(f"{base}/api/memory", params={"run": "job", "device": "GPU0"}).json()
+        assert whole["stats"]
+        ends = [point[0] for point in whole["curve"]]
+        everything = {"start_us": 0, "end_us": 1e12}  # µs since the trace's first event: all of it
+        windowed = httpx.get(f"{base}/api/memory", params={"run": "job", "device": "GPU0", **everything}).json()
+        assert windowed["stats"] == whole["stats"]
+        again = httpx.get(f"{base}/api/memory", params={"run": "job", "device": "GPU0"}).json()
+        assert again["stats"] == whole["stats"]  # kept: the same rows
+        half = {"start_us": 0, "end_us": max(ends) / 2}
+        narrower = httpx.get(f"{base}/api/memory", params={"run": "job", "device": "GPU0", **half}).json()
+        assert narrower["stats"] != whole["stats"]
+        assert sum(r["calls"] for r in narrower["stats"]) < sum(r["calls"] for r in whole["stats"])

@@ -119,7 +119,7 @@ def profiler_memory(
     data, pending = payload_or_status(store, ingest, trace, "memory.attribution")
     if pending is not None:
         return pending
-    tables, records, attribution = store.loaded(
+    tables, records, attribution, whole_trace_stats = store.loaded(
         ("profiler memory", trace.cache_key),
         lambda: _load_profiler_memory(store.trace_tables(trace.cache_key), data),
     )
@@ -150,17 +150,23 @@ def profiler_memory(
             **drawn,
             "curve_reason": curve_unavailable_reason(records, chosen),
             "events": memory_events(tables, records, attribution, chosen, start_us, end_us),
-            "stats": memory_statistics(tables, records, attribution, start_us, end_us).get(chosen, []),
+            "stats": (
+                whole_trace_stats
+                if start_us is None and end_us is None
+                else memory_statistics(tables, records, attribution, start_us, end_us)
+            ).get(chosen, []),
         },
         f"{trace.run}-memory-{chosen}",
     )
 
 
 def _load_profiler_memory(tables: TraceTables, attribution_json: bytes) -> tuple:
+    """What every request of the trace reads, and the statistics of the whole trace (the page's first request's,
+    ~half of its time: computed once, not on each opening of the page)."""
     records: MemoryRecords = memory_records(tables)
     body = orjson.loads(attribution_json)
     attribution = MemoryAttribution.from_json(body) if body else _no_attribution(tables)
-    return tables, records, attribution
+    return tables, records, attribution, memory_statistics(tables, records, attribution)
 
 
 def _no_attribution(tables: TraceTables) -> MemoryAttribution:
