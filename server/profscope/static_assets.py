@@ -4,12 +4,13 @@ A page's first load asks for its stylesheet, a dozen modules and plotly.js at on
 ``StaticFiles`` answered each through the thread pool (a stat, an open, a read per file) and the gzip
 middleware compressed the larger ones again on every request; on a 2-core machine, with Chromium
 starting its renderer on the same cores, the last module arrived ~300 ms after it was asked for.
-Here each file is read and compressed once, kept with its ETag, and answered in one send; a file that
-changed on disk (a developer editing a module) is read again, as ``os.stat`` says.
+Here each file is read and compressed once (in a thread), kept with its ETag, and answered from memory in one
+send; a file that changed on disk (a developer editing a module) is read again, as ``os.stat`` says.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import mimetypes
@@ -17,6 +18,7 @@ import os
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
+from stat import S_ISREG
 
 from profscope.guard import Receive, Scope, Send, route_path
 
@@ -68,7 +70,8 @@ class StaticAssets:
         self.root = root.resolve()
         self.assets: dict[str, Asset] = {}
 
-    def find(self, relative: str) -> Asset | None:
+    def locate(self, relative: str) -> tuple[Path, os.stat_result] | None:
+        """The file ``relative`` names under the root, and its stat; None for anything else."""
         if not relative or relative.startswith("/") or "\\" in relative or "\x00" in relative:
             return None
         parts = relative.split("/")
@@ -79,17 +82,25 @@ class StaticAssets:
             stat = path.stat()
         except (OSError, ValueError):
             return None
-        if not path.is_file():
-            return None
+        return (path, stat) if S_ISREG(stat.st_mode) else None
+
+    def kept(self, relative: str, stat: os.stat_result) -> Asset | None:
         asset = self.assets.get(relative)
-        if asset is None or asset.stamp != (stat.st_mtime_ns, stat.st_size):
-            asset = load_asset(path, stat)
-            self.assets[relative] = asset
+        return asset if asset is not None and asset.stamp == (stat.st_mtime_ns, stat.st_size) else None
+
+    async def asset(self, relative: str) -> Asset | None:
+        """The file ``relative`` names, kept or read now (in a thread: plotly.js takes ~60 ms to compress)."""
+        located = self.locate(relative)
+        if located is None:
+            return None
+        asset = self.kept(relative, located[1])
+        if asset is None:
+            asset = self.assets[relative] = await asyncio.to_thread(load_asset, *located)
         return asset
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         relative = route_path(scope).removeprefix("/")
-        asset = self.find(relative) if scope["method"] == "GET" else None
+        asset = await self.asset(relative) if scope["method"] == "GET" else None
         if asset is None:
             status = 404 if scope["method"] == "GET" else 405
             body = b"Not Found" if status == 404 else b"Method Not Allowed"
