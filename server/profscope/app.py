@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import Response
 
@@ -112,15 +112,15 @@ def readiness(app: FastAPI) -> tuple[bool, dict[str, Any]]:
     return ready, {"ready": ready, "scans": state.scans, "failing_roots": failing}
 
 
-def route_template(request: Request, status: int) -> str:
+def route_template(scope: Scope, status: int) -> str:
     """The route's path template (``/api/overview``, ``/{page}``, ``/static``): a bounded metrics label."""
-    if route_path(request.scope) in GUARDED_PATHS:  # answered by the guard, maybe without reaching a route
-        return route_path(request.scope)
-    route = request.scope.get("route")
+    if route_path(scope) in GUARDED_PATHS:  # answered by the guard, maybe without reaching a route
+        return route_path(scope)
+    route = scope.get("route")
     if route is not None and getattr(route, "path", None):
         return route.path
-    if request.scope.get("root_path"):  # a mount (static files)
-        return request.scope["root_path"]
+    if scope.get("root_path"):  # a mount (static files)
+        return scope["root_path"]
     return "<refused>" if status in (401, 403) else "<unmatched>"
 
 
@@ -155,8 +155,7 @@ class Observe:
             await self.app(scope, receive, send_with_headers)
         finally:
             seconds = time.perf_counter() - started
-            request = Request(scope)
-            route = route_template(request, status)
+            route = route_template(scope, status)
             self.metrics.observe_request(method, route, status, seconds)
             path = scope["path"]
             access_log.info(

@@ -15,11 +15,5 @@ def web_dir() -> Path:
     raise FileNotFoundError("profscope's web assets (templates, static) are missing from this installation")
 
 
-def plotly_js() -> Path:
-    """plotly.js with only the traces the pages draw (scripts/build_plotly_bundle.sh), committed with the
-    web assets: no CDN, works air-gapped, a quarter of the full bundle to parse before the first chart."""
-    return web_dir() / "static" / "vendor" / "plotly.min.js"
-
-
 def demo_traces() -> Path:
     return Path(__file__).resolve().parent / "demo" / "traces"
