@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -137,6 +138,52 @@ def test_pages_openapi_and_health(server) -> None:  # type: ignore[no-untyped-de
         assert response.status_code == 200, page
         assert "script-src 'self'" in response.headers["content-security-policy"]
     assert httpx.get(f"{base}/static/vendor/plotly.min.js").status_code == 200
+
+
+PRELOADED_FETCH = re.compile(r'<link rel="preload" href="([^"]+)" as="fetch" crossorigin="anonymous">')
+
+
+def _preloaded(base: str, page: str) -> list[str]:
+    """The API requests a page has the browser fetch with its modules (``&amp;`` read back as ``&``)."""
+    response = httpx.get(base + page)
+    assert response.status_code == 200, page
+    return [href.replace("&amp;", "&") for href in PRELOADED_FETCH.findall(response.text)]
+
+
+def test_a_run_page_has_its_first_request_fetched_with_it(server) -> None:  # type: ignore[no-untyped-def]
+    """A page whose URL names only the trace preloads the request its script makes first (View.first_request),
+    with the worker and span the script picks (the first listed); any other parameter, an unknown run, worker
+    or span, or a repeated parameter leaves it to the script."""
+    base, _ = server
+    runs = wait_for(lambda: _ready(base))
+    worker = runs["resnet"]["workers"][0]
+    trace = f"run=resnet&worker={worker['worker']}&span={worker['spans'][0]}"
+    expected = {
+        "overview": f"/api/overview?{trace}",
+        "operators": f"/api/operators?{trace}&group_by=operator",
+        "kernels": f"/api/kernels?{trace}&group_by=kernel",
+        "memory": f"/api/memory?{trace}&width_px=1500",
+        "modules": f"/api/modules?{trace}",
+        "distributed": f"/api/distributed?run=resnet&span={worker['spans'][0]}",
+        "trace": f"/api/timeline/tracks?{trace}",
+        "paddle": f"/api/paddle/summary?{trace}&unit=ms",
+    }
+    for page, request in expected.items():
+        for url in (f"/{page}?run=resnet", f"/{page}?{trace}", f"/{page}?span={worker['spans'][0]}&run=resnet"):
+            assert _preloaded(base, url) == ["/api/runs", request], url
+        assert httpx.get(base + request).status_code == 200, request  # the API's answer (a view not applying says so)
+    assert httpx.get(base + expected["overview"]).json() == httpx.get(f"{base}/api/overview?run=resnet").json()
+    for url in (
+        "/overview?run=resnet&step_range=iteration",
+        "/operators?run=resnet&group_by=operator_input_shape",
+        "/overview?run=no-such-run",
+        "/overview?run=resnet&worker=worker9",
+        "/overview?run=resnet&span=1",
+        "/overview?run=resnet&run=cpu",
+        "/overview",
+        "/diff?run=resnet",
+    ):
+        assert _preloaded(base, url) == ["/api/runs"], url
 
 
 def test_source_viewer_refuses_without_a_source_root(server) -> None:  # type: ignore[no-untyped-def]

@@ -66,6 +66,16 @@ def screenshot(target, name: str) -> Path:
     return path
 
 
+API_REQUESTS = """() => performance.getEntriesByType('resource')
+  .map((e) => [new URL(e.name).pathname, e.initiatorType]).filter(([path]) => path.startsWith('/api/'))"""
+
+
+def api_requests(target) -> list[tuple[str, str]]:
+    """The page's API requests so far, in order: (path, who asked: ``link`` for a preload, ``fetch`` for a script).
+    A preload the page's ``fetch`` takes is one entry, by the link; one it does not take is asked twice."""
+    return [(path, initiator) for path, initiator in target.evaluate(API_REQUESTS)]
+
+
 def query_of(url: str) -> dict[str, str]:
     """The query parameters of a URL (one value each)."""
     from urllib.parse import parse_qsl, urlsplit

@@ -5,6 +5,7 @@ names show literally, as typed (in the page, in plotly's tooltips and labels).""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
@@ -27,9 +28,9 @@ from attack_trace import (
     write_attack_run,
     write_attack_sources,
 )
-from profscope.pages import PAGES
+from profscope.pages import PAGES, RUN_VIEWS, form_encoded
 
-from .support import BARS, PIE_SLICES, Server, corpus_path, get_json, screenshot, start_server
+from .support import BARS, PIE_SLICES, Server, api_requests, corpus_path, get_json, screenshot, start_server
 
 pytestmark = pytest.mark.browser
 
@@ -128,6 +129,22 @@ def test_every_page_shows_names_as_text(guarded, attack_server: Server, name: st
     assert_not_attacked(guarded)
     if name == "operators":
         screenshot(guarded, "escaping-operators")
+    first = RUN_VIEWS[name].first_request.partition("?")[0]
+    if first:  # its first request, with these names in it, was the one preloaded (pages.first_request)
+        asked = api_requests(guarded)
+        assert [by for path, by in asked if path == first] == ["link"], asked
+
+
+def test_names_are_encoded_in_preloads_as_the_pages_encode_them(page) -> None:
+    """``pages.form_encoded`` writes a run, worker or span name into a preloaded URL as the page's script
+    does (``URLSearchParams``), or the preload would go unused: names of every ASCII character and of
+    random Unicode (seeded), through Chromium's own encoder."""
+    rng = random.Random(20261129)
+    names = ["".join(chr(c) for c in range(32, 127)), "a b+c&d=e", "~*-._", "é中😀"]
+    alphabet = [chr(c) for c in range(32, 127)] + ["é", " ", "中", " ", "﻿", "😀"]
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24))) for _ in range(200)]
+    encoded = page.evaluate("(names) => names.map((name) => new URLSearchParams([['k', name]]).toString())", names)
+    assert encoded == [f"k={form_encoded(name)}" for name in names]
 
 
 def test_runs_page_and_api_docs(guarded, attack_server: Server) -> None:

@@ -172,4 +172,11 @@ def applies(facts: RunFacts) -> str | None:
     return facts.not_distributed
 
 
-VIEW = View("distributed", "Distributed", router, queries=(query_of(rank_payload),), applies=applies)
+VIEW = View(
+    "distributed",
+    "Distributed",
+    router,
+    queries=(query_of(rank_payload),),
+    applies=applies,
+    first_request="/api/distributed?run={run}&span={span}",
+)

@@ -14,7 +14,7 @@ from profscope.api.deps import IngestDep, StoreDep, get_trace
 from profscope.catalog import TraceFile
 from profscope.views.responses import Kernels
 from profscope.views.shared import TABLE_DOC, TableQuery, cached_view
-from profscope.views.view import NO_TRACE, RunFacts, View
+from profscope.views.view import IDENT, NO_TRACE, RunFacts, View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
@@ -48,4 +48,5 @@ VIEW = View(
     router,
     queries=(query_of(kernels_by_name), query_of(kernels_by_launch)),
     applies=applies,
+    first_request=f"/api/kernels?{IDENT}&group_by=kernel",
 )

@@ -68,7 +68,7 @@ from profscope.views.responses import (
     SnapshotTimeline,
     SnapshotTop,
 )
-from profscope.views.view import RunFacts, View
+from profscope.views.view import IDENT, RunFacts, View
 
 router = APIRouter(prefix="/api/memory", tags=["memory"])
 
@@ -490,4 +490,5 @@ VIEW = View(
     router,
     queries=(query_of(memory_attribution), query_of(snapshot_queries.snapshot_summary)),
     applies=applies,
+    first_request=f"/api/memory?{IDENT}&width_px=1500",  # a trace's memory (a run of snapshots only has none)
 )

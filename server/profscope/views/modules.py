@@ -15,7 +15,7 @@ from profscope.catalog import TraceFile
 from profscope.config import Settings
 from profscope.views.responses import Modules
 from profscope.views.shared import STATUS_DOC, cached_view
-from profscope.views.view import View
+from profscope.views.view import IDENT, View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
@@ -44,4 +44,4 @@ def _with_source_links(body: dict[str, Any], settings: Settings) -> dict[str, An
     return body
 
 
-VIEW = View("modules", "Module", router, queries=(query_of(module_view),))
+VIEW = View("modules", "Module", router, queries=(query_of(module_view),), first_request=f"/api/modules?{IDENT}")

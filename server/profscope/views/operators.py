@@ -23,7 +23,7 @@ from profscope.api.source import frame_links
 from profscope.catalog import TraceFile
 from profscope.views.responses import Operators, OperatorStacks
 from profscope.views.shared import STATUS_DOC, TABLE_DOC, TableQuery, cached_view
-from profscope.views.view import View
+from profscope.views.view import IDENT, View
 
 router = APIRouter(prefix="/api", tags=["views"])
 
@@ -126,4 +126,5 @@ VIEW = View(
             stacks_by_module,
         )
     ),
+    first_request=f"/api/operators?{IDENT}&group_by=operator",
 )

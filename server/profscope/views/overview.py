@@ -13,7 +13,7 @@ from profscope.api.deps import IngestDep, StoreDep, get_trace, payload_or_status
 from profscope.catalog import TraceFile
 from profscope.views.responses import Overview
 from profscope.views.shared import TABLE_DOC, cached_view, ident
-from profscope.views.view import View
+from profscope.views.view import IDENT, View
 
 router = APIRouter(prefix="/api", tags=["views"])
 OVERVIEW = query_of(overview_payload)
@@ -52,4 +52,4 @@ def overview(
     return output.respond({**ident(trace), **body}, f"{trace.run}-{OVERVIEW.name}")
 
 
-VIEW = View("overview", "Overview", router, queries=(OVERVIEW,))
+VIEW = View("overview", "Overview", router, queries=(OVERVIEW,), first_request=f"/api/overview?{IDENT}")

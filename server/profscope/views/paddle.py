@@ -13,7 +13,7 @@ from profscope.api.deps import IngestDep, StoreDep, get_trace
 from profscope.catalog import TraceFile
 from profscope.views.responses import PaddleSummary
 from profscope.views.shared import STATUS_DOC, cached_view
-from profscope.views.view import NO_TRACE, RunFacts, View
+from profscope.views.view import IDENT, NO_TRACE, RunFacts, View
 
 router = APIRouter(prefix="/api/paddle", tags=["views"])
 
@@ -51,4 +51,11 @@ def applies(facts: RunFacts) -> str | None:
     return None if facts.trace_format == "paddle" else "Paddle's summary tables need a PaddlePaddle profiler trace"
 
 
-VIEW = View("paddle", "Paddle Summary", router, queries=(query_of(paddle_summary_payload),), applies=applies)
+VIEW = View(
+    "paddle",
+    "Paddle Summary",
+    router,
+    queries=(query_of(paddle_summary_payload),),
+    applies=applies,
+    first_request=f"/api/paddle/summary?{IDENT}&unit=ms",
+)

@@ -20,7 +20,7 @@ from profscope.store import Store
 from profscope.tables import TraceTables
 from profscope.views.responses import AreaSummary, SliceDetails, SliceSearch, TimelineWindow, TraceExport, TrackListing
 from profscope.views.shared import ident
-from profscope.views.view import View
+from profscope.views.view import IDENT, View
 
 router = APIRouter(prefix="/api/timeline", tags=["trace view"])
 
@@ -247,4 +247,4 @@ def export(
     )
 
 
-VIEW = View("trace", "Trace", router, stored=("timeline",))
+VIEW = View("trace", "Trace", router, stored=("timeline",), first_request=f"/api/timeline/tracks?{IDENT}")

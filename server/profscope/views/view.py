@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from profscope.analysis.payloads import Query
 from profscope.catalog import RunFacts  # what the server knows of a run; the views' `applies` read it
 
+IDENT = "run={run}&worker={worker}&span={span}"  # how the pages write (run, worker, span) in their requests
 NO_TRACE = "This run holds only memory snapshots or memory.log files: see Memory"
 
 
@@ -30,6 +31,12 @@ class View:
     ``run_tab``: the page shows one run and has a tab in the nav, available when ``applies`` returns
     None, otherwise greyed out with the reason as its tooltip. ``path`` and ``in_nav`` are for the pages
     that are not per run (the list of runs, a source file).
+    ``first_request``: the API request the page's script makes first when its URL names only the run (and
+    worker, span), exactly as the script writes it (``{run}``, ``{worker}``, ``{span}`` are filled in, encoded
+    as the browser's ``URLSearchParams`` does). The page's HTML has the browser fetch it with the page's
+    modules (``pages.first_request``), so the answer is there when the script asks: one round trip fewer
+    before the content. A mismatch costs that round trip only; ``tests/browser/test_chart_bundle.py`` checks
+    every page's request is the preloaded one.
     """
 
     name: str
@@ -41,6 +48,7 @@ class View:
     run_tab: bool = True
     in_nav: bool = True
     path: str = ""
+    first_request: str = ""
 
     @property
     def page_path(self) -> str:
