@@ -76,6 +76,12 @@ def api_requests(target) -> list[tuple[str, str]]:
     return [(path, initiator) for path, initiator in target.evaluate(API_REQUESTS)]
 
 
+def who_asked(target, path: str) -> list[str]:
+    """Who asked for the API path ``path``, once per request: ``["link"]`` when the page's script took the
+    answer its head preloaded (``pages.first_request``, ``base.html``)."""
+    return [initiator for asked, initiator in api_requests(target) if asked == path]
+
+
 def query_of(url: str) -> dict[str, str]:
     """The query parameters of a URL (one value each)."""
     from urllib.parse import parse_qsl, urlsplit

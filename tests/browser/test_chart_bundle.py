@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, api_requests, corpus_path, parsed_server, screenshot
+from .support import Server, api_requests, corpus_path, parsed_server, screenshot, who_asked
 
 pytestmark = pytest.mark.browser
 
@@ -139,4 +139,4 @@ def test_each_page_s_first_requests_are_fetched_with_its_modules(page, charts_se
         preloaded = ["/api/runs", first] if first else ["/api/runs"]
         assert sorted(p for p, by in asked if by == "link") == sorted(preloaded), (path, asked)
         for request in preloaded:
-            assert [by for p, by in asked if p == request] == ["link"], (path, asked)
+            assert who_asked(page, request) == ["link"], (path, asked)

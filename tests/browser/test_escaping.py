@@ -30,7 +30,7 @@ from attack_trace import (
 )
 from profscope.pages import PAGES, RUN_VIEWS, form_encoded
 
-from .support import BARS, PIE_SLICES, Server, api_requests, corpus_path, get_json, screenshot, start_server
+from .support import BARS, PIE_SLICES, Server, corpus_path, get_json, screenshot, start_server, who_asked
 
 pytestmark = pytest.mark.browser
 
@@ -131,8 +131,7 @@ def test_every_page_shows_names_as_text(guarded, attack_server: Server, name: st
         screenshot(guarded, "escaping-operators")
     first = RUN_VIEWS[name].first_request.partition("?")[0]
     if first:  # its first request, with these names in it, was the one preloaded (pages.first_request)
-        asked = api_requests(guarded)
-        assert [by for path, by in asked if path == first] == ["link"], asked
+        assert who_asked(guarded, first) == ["link"]
 
 
 def test_names_are_encoded_in_preloads_as_the_pages_encode_them(page) -> None:

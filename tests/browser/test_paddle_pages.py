@@ -9,7 +9,7 @@ import pytest
 
 from profscope.pages import RUN_VIEWS
 
-from .support import Server, api_requests, screenshot, start_server
+from .support import Server, screenshot, start_server, who_asked
 
 pytestmark = pytest.mark.browser
 
@@ -46,7 +46,7 @@ def test_each_view_opens_on_a_paddle_run(page, paddle_server, run: str, view: st
     assert page.locator(".error-box").count() == 0
     screenshot(page, f"paddle-{view}-{run}")
     first = RUN_VIEWS[view].first_request.partition("?")[0]  # asked once: the answer preloaded with the page
-    assert [by for path, by in api_requests(page) if path == first] == ["link"]
+    assert who_asked(page, first) == ["link"]
 
 
 def test_the_paddle_summary_switches_its_time_unit(page, paddle_server) -> None:
