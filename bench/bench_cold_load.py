@@ -6,11 +6,18 @@
 Serves the roots (``profscope serve``), waits for the ingest (the views' answers are then memoised
 by the first visit, which is not counted), and opens each page ``--repeat`` times, each time in a
 new browser context (empty HTTP cache, no compiled-code cache). Times come from the page's own
-clock (``performance.now()``, 0 = navigation start), polled every animation frame:
+clock (``performance.now()``, 0 = navigation start), taken by a small observer the context adds to each
+page before it loads (``OBSERVER``: it looks at the page every animation frame):
 - content_ms: the first ``section.panel`` of the view is in the page (numbers and tables);
 - chart_ms: the first plotly chart has drawn its SVG;
-- all_charts_ms: every plotly chart container that will be drawn has drawn (chart containers
-  stop changing for 300 ms).
+- all_charts_ms: when the number of drawn charts last changed, once it has not changed for 300 ms (a
+  page draws its charts one after another).
+
+Nothing else runs in the page until its first chart is drawn (or 10 s have passed): the observer reports
+through the console, which the harness listens to. Playwright's own polling (``wait_for_function``) would
+inject its ~300 KB script into the page as the page loads, and executing it took 130-150 ms of the
+page's main thread before the page's modules ran (``bench/RESULTS.md``, run 25); the numbers of runs
+before 25 include that.
 Prints one JSON object with the median, min and max per page.
 """
 
@@ -24,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from local_http import free_port, get
@@ -31,9 +39,28 @@ from local_http import free_port, get
 CHROMIUM = os.environ.get("PROFSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 PAGES = ["overview", "operators", "kernels", "memory", "distributed"]
-CONTENT = "() => document.querySelector('#main section.panel:not([hidden])') ? performance.now() : null"
-CHART = "() => document.querySelector('#main .js-plotly-plot .main-svg') ? performance.now() : null"
-CHART_COUNT = "() => document.querySelectorAll('#main .js-plotly-plot').length"
+# Added to each page before its own scripts: marks when the view's content and its charts appear, from the
+# page's own clock, and says so on the console (which the harness hears without running anything in the page).
+OBSERVER = """(() => {
+  const marks = (window.__coldLoad = { charts: 0 });
+  const poll = () => {
+    const now = performance.now();
+    if (marks.content_ms === undefined && document.querySelector("#main section.panel:not([hidden])")) {
+      marks.content_ms = now;
+      console.debug("cold-load:content");
+    }
+    if (marks.chart_ms === undefined && document.querySelector("#main .js-plotly-plot .main-svg")) marks.chart_ms = now;
+    const charts = document.querySelectorAll("#main .js-plotly-plot").length;
+    if (charts !== marks.charts) {
+      marks.charts = charts;
+      marks.last_chart_ms = now;
+      console.debug("cold-load:chart");
+    }
+    if (now < 60000) requestAnimationFrame(poll);
+  };
+  requestAnimationFrame(poll);
+})();"""
+SETTLED_S = 0.3  # the charts are all drawn once their number has not changed for this long
 
 
 def wait_ingested(base: str, server: subprocess.Popen | None) -> None:
@@ -49,30 +76,37 @@ def wait_ingested(base: str, server: subprocess.Popen | None) -> None:
         time.sleep(0.2)
 
 
-def settled_chart_count(page) -> int:
-    """Charts drawn once their number has not changed for 300 ms (a page draws them one after another)."""
-    count, stable_since = -1, time.monotonic()
-    while time.monotonic() - stable_since < 0.3:
-        now = page.evaluate(CHART_COUNT)
-        if now != count:
-            count, stable_since = now, time.monotonic()
-        time.sleep(0.05)
-    return count
-
-
 def open_cold(browser, url: str) -> dict:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(OBSERVER)
     page = context.new_page()
+    heard: list[tuple[str, float]] = []
+    page.on("console", lambda message: heard.append((message.text, time.monotonic())))
     try:
         page.goto(url, wait_until="commit")
-        content = page.wait_for_function(CONTENT, polling="raf", timeout=60_000).json_value()
-        try:
-            chart = page.wait_for_function(CHART, polling="raf", timeout=10_000).json_value()
-        except Exception:  # a view with no chart for this run (e.g. Memory without memory events)
-            chart = None
-        charts = settled_chart_count(page)
-        last = page.evaluate("() => performance.now()") - 300 if charts else None
-        return {"content_ms": content, "chart_ms": chart, "charts": charts, "all_charts_ms": last}
+        started = time.monotonic()
+
+        def last_heard(text: str) -> float | None:
+            return max((at for said, at in heard if said == text), default=None)
+
+        while last_heard("cold-load:content") is None:
+            if time.monotonic() - started > 60:
+                raise TimeoutError(f"{url}: no content after 60 s")
+            page.wait_for_timeout(20)
+        while True:  # the first chart within 10 s (a view may have none for this run), then no new one for 0.3 s
+            last = last_heard("cold-load:chart")
+            if last is None and time.monotonic() - started > 10:
+                break
+            if last is not None and time.monotonic() - last > SETTLED_S:
+                break
+            page.wait_for_timeout(20)
+        marks = page.evaluate("() => window.__coldLoad")
+        return {
+            "content_ms": marks["content_ms"],
+            "chart_ms": marks.get("chart_ms"),
+            "charts": marks["charts"],
+            "all_charts_ms": marks.get("last_chart_ms"),
+        }
     finally:
         context.close()
 
@@ -84,14 +118,14 @@ def summary(values: list[float | None]) -> dict | None:
     return {"median": round(statistics.median(present)), "min": round(min(present)), "max": round(max(present))}
 
 
-def measure(base: str, run: str, pages: list[str], repeat: int) -> dict:
+def measure(targets: list[tuple[str, str]], repeat: int) -> dict:
+    """``targets``: (name, url) pairs, each opened cold ``repeat`` times after one warming visit."""
     from playwright.sync_api import sync_playwright
 
     results = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        for name in pages:
-            url = f"{base}/{name}?run={run}"
+        for name, url in targets:
             open_cold(browser, url)  # warms the server's memoised answers, not the browser
             samples = [open_cold(browser, url) for _ in range(repeat)]
             results[name] = {
@@ -103,6 +137,38 @@ def measure(base: str, run: str, pages: list[str], repeat: int) -> dict:
     return results
 
 
+# --floors: what this machine and browser take for a page that does nothing (its content is in the HTML) and
+# for one that only draws a pie with profscope's plotly.js bundle as soon as it can (a classic script in the
+# HTML, no modules, no API request), served as static files by Python's http.server. A view's page cannot show
+# its content or its first chart sooner than these.
+PLOTLY_BUNDLE = Path(__file__).resolve().parent.parent / "web" / "static" / "vendor" / "plotly.min.js"
+FLOOR_PAGES = {
+    "floor_blank": '<section class="panel">Nothing else on this page.</section>',
+    "floor_plotly_pie": (
+        '<section class="panel">One chart.</section><div id="chart" style="width:600px;height:320px"></div>'
+        '<script src="plotly.min.js"></script><script>Plotly.newPlot("chart", [{type: "pie", values: [4, 3, 2, 1], '
+        'labels: ["a", "b", "c", "d"]}])</script>'
+    ),
+}
+
+
+def serve_floor_pages(directory: Path) -> tuple[str, subprocess.Popen]:
+    for name, body in FLOOR_PAGES.items():
+        html = f'<!doctype html><html><head><meta charset="utf-8"><title>{name}</title></head><body><main id="main">{body}</main></body></html>'  # noqa: E501
+        (directory / f"{name}.html").write_text(html)
+    (directory / PLOTLY_BUNDLE.name).write_bytes(PLOTLY_BUNDLE.read_bytes())
+    port = free_port()
+    command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/floor_blank.html", timeout=5):
+                return base, server
+        except OSError:
+            time.sleep(0.05)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("roots", nargs="*", type=Path)
@@ -110,6 +176,7 @@ def main() -> int:
     parser.add_argument("--run", help="the run to open (default: the first listed)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pages", default=",".join(PAGES))
+    parser.add_argument("--floors", action="store_true", help="also measure the two floor pages (FLOOR_PAGES)")
     args = parser.parse_args()
     pages = args.pages.split(",")
     if args.url:
@@ -122,14 +189,21 @@ def main() -> int:
         command = [sys.executable, "-m", "profscope.cli", "serve", *map(str, args.roots), "--port", str(port),
                    "--cache-dir", str(Path(work.name) / "cache"), "--log-level", "warning"]  # fmt: skip
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    floors = None
     try:
         wait_ingested(base, server)
         run = args.run or get(f"{base}/api/runs")[1]["runs"][0]["run"]
-        print(json.dumps({"run": run, "repeat": args.repeat, "pages": measure(base, run, pages, args.repeat)}))
+        targets = [(name, f"{base}/{name}?run={run}") for name in pages]
+        if args.floors:
+            floor_dir = tempfile.TemporaryDirectory()
+            floor_base, floors = serve_floor_pages(Path(floor_dir.name))
+            targets += [(name, f"{floor_base}/{name}.html") for name in FLOOR_PAGES]
+        print(json.dumps({"run": run, "repeat": args.repeat, "pages": measure(targets, args.repeat)}))
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
+        for process in (server, floors):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
         if work is not None:
             work.cleanup()
     return 0

@@ -1,12 +1,14 @@
 """The web assets over real HTTP (``static_assets.py``): every file under ``web/static`` answered from memory
 with its type, its ETag and, for text, a body gzipped once and sent as stored bytes; a file edited on disk is
-answered anew; anything else under ``/static`` is a 404. (Paths that try to leave the folder:
+answered anew; each page's bundle (``bundles/<page>.js``, module_bundle.py) and its source map likewise; anything
+else under ``/static`` is a 404. (Paths that try to leave the folder:
 tests/hostile/test_paths.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from profscope.assets import web_dir
+from profscope.module_bundle import make_bundle
 from profscope.static_assets import MIN_COMPRESSED_BYTES, StaticAssets
 from serving import running_server
 
@@ -114,3 +117,55 @@ def test_a_file_edited_on_disk_is_answered_anew(tmp_path: Path) -> None:
     assert gzip.decompress(second.gzipped) == module.read_bytes()
     module.unlink()
     assert find("js/page.js") is None
+
+
+PAGE_SCRIPTS = sorted(p.stem for p in (STATIC / "js" / "pages").glob("*.js"))
+
+
+@pytest.mark.parametrize("page", PAGE_SCRIPTS)
+def test_each_page_s_bundle_and_its_source_map_are_answered(client: httpx.Client, page: str) -> None:
+    expected = make_bundle(STATIC / "js" / "pages" / f"{page}.js", STATIC, map_name=f"{page}.js.map")
+    with client.stream("GET", f"/static/bundles/{page}.js", headers={"Accept-Encoding": "gzip"}) as answer:
+        raw = b"".join(answer.iter_raw())
+    assert answer.status_code == 200 and answer.headers["content-encoding"] == "gzip"
+    assert answer.headers["content-type"] == "application/javascript; charset=utf-8"
+    assert answer.headers["cache-control"] == "no-cache"  # revalidated, as the modules it is made of
+    assert gzip.decompress(raw).decode() == expected.script
+    again = client.get(f"/static/bundles/{page}.js", headers={"If-None-Match": answer.headers["etag"]})
+    assert again.status_code == 304
+    source_map = client.get(f"/static/bundles/{page}.js.map")
+    assert source_map.headers["content-type"].startswith("application/json")
+    assert source_map.json() == json.loads(expected.source_map)
+
+
+NOT_BUNDLES = [
+    f"/static/bundles/{name}"
+    for name in ("", "nothing.js", "Overview.js", "overview", "overview.map", "overview.js.map.map", "js/overview.js")
+]
+
+
+@pytest.mark.parametrize("path", NOT_BUNDLES)
+def test_what_is_not_a_page_s_bundle_is_404(client: httpx.Client, path: str) -> None:
+    assert client.get(path).status_code == 404, path
+
+
+def test_a_bundle_is_made_anew_when_one_of_its_modules_is_edited(tmp_path: Path) -> None:
+    (tmp_path / "js" / "pages").mkdir(parents=True)
+    (tmp_path / "js" / "pages" / "p.js").write_text('import { a } from "../a.js";\nconsole.log(a);\n')
+    module = tmp_path / "js" / "a.js"
+    module.write_text("export const a = 1;\n")
+    assets = StaticAssets(tmp_path)
+
+    def find(relative: str):
+        with ThreadPoolExecutor(1) as thread:  # as in the test above: a loop of its own
+            return thread.submit(asyncio.run, assets.asset(relative)).result()
+
+    first = find("bundles/p.js")
+    assert first is not None and b"const a = 1;" in first.body
+    assert find("bundles/p.js") is first  # kept
+    module.write_text("export const a = 22;\n")
+    second = find("bundles/p.js")
+    assert second is not None and b"const a = 22;" in second.body and second.etag != first.etag
+    assert find("bundles/p.js.map") is not None
+    (tmp_path / "js" / "pages" / "p.js").unlink()
+    assert find("bundles/p.js") is None

@@ -5,8 +5,6 @@ One route per view of the registry (``profscope.views.registry``), rendering the
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote_plus
 
@@ -34,35 +32,9 @@ NAV = [{"name": view.name, "label": view.label, "href": view.page_path} for view
 
 
 def _render(request: Request, template: str, **context: object) -> HTMLResponse:
-    preloads = module_preloads(str(context.get("page", "")).replace("-", "_"))
     return templates.TemplateResponse(
-        request, template, {"version": __version__, "pages": PAGES, "nav": NAV, "preloads": preloads, **context}
+        request, template, {"version": __version__, "pages": PAGES, "nav": NAV, **context}
     )
-
-
-_STATIC_IMPORT = re.compile(r'(?:\bfrom|\bimport)\s*"(\.{1,2}/[^"]+\.js)"')
-
-
-@functools.cache
-def module_preloads(page: str) -> tuple[str, ...]:
-    """The URLs of every module the page's script imports, directly or through others. Listed as
-    ``<link rel="modulepreload">`` in the page's head, they are fetched all at once instead of one import
-    level after another (three round trips before the page could ask for its data)."""
-    static = web_dir() / "static"
-    script = static / "js" / "pages" / f"{page}.js"
-    if not script.is_file():
-        return ()
-    found: list[str] = []
-    pending = [script]
-    while pending:
-        module = pending.pop()
-        for relative in _STATIC_IMPORT.findall(module.read_text(encoding="utf-8")):
-            target = (module.parent / relative).resolve()
-            url = "/static/" + target.relative_to(static.resolve()).as_posix()
-            if url not in found and target.is_file():
-                found.append(url)
-                pending.append(target)
-    return tuple(sorted(found))
 
 
 def _add_page(view: View) -> None:

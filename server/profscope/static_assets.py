@@ -6,6 +6,9 @@ middleware compressed the larger ones again on every request; on a 2-core machin
 starting its renderer on the same cores, the last module arrived ~300 ms after it was asked for.
 Here each file is read and compressed once (in a thread), kept with its ETag, and answered from memory in one
 send; a file that changed on disk (a developer editing a module) is read again, as ``os.stat`` says.
+
+``bundles/<page>.js`` is a page's script with every module it imports, as one script, and ``bundles/<page>.js.map``
+its source map (``module_bundle.py``): made, kept and made again the same way.
 """
 
 from __future__ import annotations
@@ -15,23 +18,27 @@ import gzip
 import hashlib
 import mimetypes
 import os
+import re
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
 from stat import S_ISREG
 
 from profscope.guard import Receive, Scope, Send, route_path
+from profscope.module_bundle import Bundle, is_current, make_bundle
 
 COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml")
 MIN_COMPRESSED_BYTES = 1024  # smaller files gain less than the header costs
 # plotly.js is the only file named in the pages' <head> with a version-free URL that never changes
 # within a release; the others are revalidated (ETag) so an upgrade never mixes old and new modules.
 LONG_CACHED = frozenset({"vendor/plotly.min.js"})
+BUNDLES = "bundles/"
+_PAGE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
 class Asset:
-    stamp: tuple[int, int]  # (mtime_ns, size): read again when either changes
+    stamp: tuple[int, int]  # (mtime_ns, size): read again when either changes; (0, 0) for a bundle (its Bundle's)
     body: bytes
     gzipped: bytes | None
     etag: bytes
@@ -47,20 +54,31 @@ def _media_type(path: Path) -> str:
 
 
 def load_asset(path: Path, stat: os.stat_result) -> Asset:
-    body = path.read_bytes()
-    media_type = _media_type(path)
+    return make_asset(path.read_bytes(), _media_type(path), (stat.st_mtime_ns, stat.st_size), stat.st_mtime)
+
+
+def make_asset(body: bytes, media_type: str, stamp: tuple[int, int], mtime: float) -> Asset:
     gzipped = None
     if len(body) >= MIN_COMPRESSED_BYTES and media_type.startswith(COMPRESSED_TYPES):
         gzipped = gzip.compress(body, compresslevel=9, mtime=0)
     charset = "; charset=utf-8" if media_type.startswith("text/") or media_type == "application/javascript" else ""
     return Asset(
-        stamp=(stat.st_mtime_ns, stat.st_size),
+        stamp=stamp,
         body=body,
         gzipped=gzipped,
         etag=f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'.encode(),
         media_type=(media_type + charset).encode(),
-        last_modified=formatdate(stat.st_mtime, usegmt=True).encode(),
+        last_modified=formatdate(mtime, usegmt=True).encode(),
     )
+
+
+def bundle_assets(page_script: Path, static_root: Path) -> tuple[Bundle, Asset, Asset]:
+    """A page's bundle, as its script and its source map."""
+    bundle = make_bundle(page_script, static_root, map_name=f"{page_script.stem}.js.map")
+    mtime = max(recorded[1] for recorded in bundle.stamps) / 1e9
+    script = make_asset(bundle.script.encode(), "application/javascript", (0, 0), mtime)
+    source_map = make_asset(bundle.source_map.encode(), "application/json", (0, 0), mtime)
+    return bundle, script, source_map
 
 
 class StaticAssets:
@@ -69,6 +87,7 @@ class StaticAssets:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.assets: dict[str, Asset] = {}
+        self.bundles: dict[str, tuple[Bundle, Asset, Asset]] = {}
 
     def locate(self, relative: str) -> tuple[Path, os.stat_result] | None:
         """The file ``relative`` names under the root, and its stat; None for anything else."""
@@ -90,6 +109,8 @@ class StaticAssets:
 
     async def asset(self, relative: str) -> Asset | None:
         """The file ``relative`` names, kept or read now (in a thread: plotly.js takes ~60 ms to compress)."""
+        if relative.startswith(BUNDLES):
+            return await self.bundle(relative.removeprefix(BUNDLES))
         located = self.locate(relative)
         if located is None:
             return None
@@ -97,6 +118,18 @@ class StaticAssets:
         if asset is None:
             asset = self.assets[relative] = await asyncio.to_thread(load_asset, *located)
         return asset
+
+    async def bundle(self, name: str) -> Asset | None:
+        """``<page>.js`` or ``<page>.js.map``: the page's bundle or its source map, kept or made now (in a thread)."""
+        page, is_map = name.removesuffix(".map"), name.endswith(".map")
+        page = page.removesuffix(".js") if page.endswith(".js") else ""
+        script = self.root / "js" / "pages" / f"{page}.js"
+        if not _PAGE_NAME.fullmatch(page) or not script.is_file():
+            return None
+        kept = self.bundles.get(page)
+        if kept is None or not is_current(kept[0]):
+            kept = self.bundles[page] = await asyncio.to_thread(bundle_assets, script, self.root)
+        return kept[2] if is_map else kept[1]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         relative = route_path(scope).removeprefix("/")

@@ -97,19 +97,21 @@ def test_a_type_left_out_of_the_bundle_is_noticed(page, charts_server: Server) -
     assert drawn != "heatmap"
 
 
-def test_every_module_a_page_loads_was_announced_in_its_head(page, charts_server: Server) -> None:
-    """Each page's head lists the modules its script imports (``<link rel=modulepreload>``, pages.py), so
-    the browser fetches them in one round, not one import level after another: a module the page loads
-    that its head did not list would be fetched late again."""
+def test_every_page_loads_its_script_as_one_bundle(page, charts_server: Server) -> None:
+    """Each page's script and the modules it imports arrive as one script (``/static/bundles/<page>.js``,
+    module_bundle.py): the page asks for no module of its own, and its script ran (its view is drawn; the
+    ``page`` fixture fails the test on any error the page throws or logs)."""
     for path in (*PAGES, "/trace?run=resnet50_num_workers_0", "/"):
         page.goto(f"{charts_server.url}{path}")
+        page.wait_for_function("() => document.querySelector('#sel-run, #runs table')")
         page.wait_for_load_state("load")
-        announced = set(page.eval_on_selector_all("link[rel=modulepreload]", "links => links.map(l => l.href)"))
-        loaded = page.evaluate(
-            """() => performance.getEntriesByType('resource').map((e) => e.name)
-                 .filter((url) => url.includes('/static/js/') && !url.includes('/static/js/pages/'))"""
+        scripts = page.evaluate(
+            """() => performance.getEntriesByType('resource').map((e) => new URL(e.name).pathname)
+                 .filter((p) => p.startsWith('/static/') && p.endsWith('.js'))"""
         )
-        assert loaded and set(loaded) <= announced, (path, sorted(set(loaded) - announced))
+        bundle = page.eval_on_selector("script[type=module]", "s => new URL(s.src).pathname")
+        assert bundle.startswith("/static/bundles/"), (path, bundle)
+        assert [s for s in scripts if s != "/static/vendor/plotly.min.js"] == [bundle], (path, scripts)
 
 
 # page -> the request its script makes first (View.first_request), which its HTML has fetched with the modules
