@@ -3,7 +3,7 @@
 
 import { clear, el } from "./dom.js";
 import { middleEllipsis } from "./ellipsis.js";
-import { fmtPctSign, fmtUs, timeUnit } from "./format.js";
+import { decimalFormat, fmtPctSign, fmtUs, timeUnit } from "./format.js";
 
 // Tableau 20: distinguishable, restrained.
 export const PALETTE = [
@@ -214,7 +214,7 @@ export function timeAxis([lowUs, highUs], title) {
   const magnitude = 10 ** Math.floor(Math.log10(rough));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((candidate) => candidate >= rough);
   const digits = Math.max(0, -Math.floor(Math.log10(step)) + (step / magnitude === 2.5 ? 1 : 0));
-  const format = new Intl.NumberFormat("en-US", { maximumFractionDigits: digits });
+  const format = decimalFormat(0, digits);
   const tickvals = [];
   const ticktext = [];
   for (let i = Math.ceil(low / step); i * step <= high + step * 1e-9; i += 1) {

@@ -2,10 +2,53 @@
 
 export const DASH = "\u2014";
 
-const integer = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
-const upTo2 = new Intl.NumberFormat("en-US", { maximumFractionDigits: 2 });
-const fixed2 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-const fixed1 = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+const SHORTEST = /^(\d+)(?:\.(\d+))?(?:e([+-]\d+))?$/;
+
+/**
+ * What `new Intl.NumberFormat("en-US", { minimumFractionDigits, maximumFractionDigits })` formats, made without
+ * Intl: a fresh page's first Intl formatter takes 20-90 ms of its main thread before anything shows
+ * (bench/RESULTS.md, run 25). The same text: thousands grouped with ",", the shortest decimal that reads back as
+ * the value rounded half away from zero, "-" on every negative value (and -0), "∞". (Checked against Intl on
+ * every case and on random values: tests/browser/test_number_format.py.)
+ */
+export function decimalFormat(minimumFractionDigits, maximumFractionDigits) {
+  return { format: (value) => formatDecimal(Number(value), minimumFractionDigits, maximumFractionDigits) };
+}
+
+function formatDecimal(value, minDigits, maxDigits) {
+  if (Number.isNaN(value)) return "NaN";
+  const sign = value < 0 || Object.is(value, -0) ? "-" : "";
+  if (!Number.isFinite(value)) return `${sign}\u221e`;
+  const [, whole, fraction = "", exponent = "0"] = SHORTEST.exec(String(Math.abs(value)));
+  let digits = whole + fraction; // the value is 0.digits x 10^point
+  let point = whole.length + Number(exponent);
+  if (point < 0) {
+    digits = "0".repeat(-point) + digits;
+    point = 0;
+  }
+  digits = digits.padEnd(point, "0");
+  const kept = digits.slice(0, point + maxDigits).padEnd(point + maxDigits, "0");
+  let rounded = kept;
+  if ((digits[point + maxDigits] || "0") >= "5") {
+    // add one unit in the last kept place, carrying
+    const units = kept.split("");
+    let i = units.length - 1;
+    while (i >= 0 && units[i] === "9") units[i--] = "0";
+    if (i >= 0) units[i] = String(Number(units[i]) + 1);
+    rounded = (i < 0 ? "1" : "") + units.join("");
+    point += i < 0 ? 1 : 0;
+  }
+  let integerPart = rounded.slice(0, point).replace(/^0+(?=\d)/, "") || "0";
+  let fractionPart = rounded.slice(point);
+  while (fractionPart.length > minDigits && fractionPart.endsWith("0")) fractionPart = fractionPart.slice(0, -1);
+  integerPart = integerPart.replace(/\B(?=(\d{3})+$)/g, ",");
+  return sign + integerPart + (fractionPart ? `.${fractionPart}` : "");
+}
+
+const integer = decimalFormat(0, 0);
+const upTo2 = decimalFormat(0, 2);
+const fixed2 = decimalFormat(2, 2);
+const fixed1 = decimalFormat(1, 1);
 
 const missing = (value) => value === null || value === undefined || Number.isNaN(value);
 
@@ -22,7 +65,7 @@ export function fmtUs(value) {
 export function fmtUsColumn(values) {
   const largest = Math.max(0, ...values.filter((v) => !missing(v)).map(Math.abs));
   const digits = largest >= 1000 ? 0 : largest >= 10 ? 1 : 2;
-  const format = new Intl.NumberFormat("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  const format = decimalFormat(digits, digits);
   return (value) => (missing(value) ? DASH : format.format(value));
 }
 

@@ -1,7 +1,7 @@
 // Time <-> pixel math of the timeline: the visible window, zoom and pan, and the time ruler's ticks.
 // Times are microseconds on the page's common axis (the first rank's trace origin is 0).
 
-import { timeUnit } from "../format.js";
+import { decimalFormat, timeUnit } from "../format.js";
 
 export const MIN_SPAN_US = 0.01; // 10 ns: below that, slices are single nanoseconds anyway
 
@@ -83,7 +83,7 @@ export function rulerTicks(view, widthPx, spacingPx = 110) {
   const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) || 10 * magnitude;
   const unit = timeUnit(Math.max(Math.abs(view.start), Math.abs(view.end)));
   const decimals = Math.min(Math.max(0, Math.ceil(-Math.log10(step / unit.divisor) - 1e-9)), 9);
-  const number = new Intl.NumberFormat("en-US", { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
+  const number = decimalFormat(decimals, decimals);
   const ticks = [];
   const first = Math.ceil(view.start / step);
   for (let i = first; i * step <= view.end; i += 1) {
