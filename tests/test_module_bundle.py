@@ -102,7 +102,7 @@ def test_what_it_does_not_read_is_refused_with_file_and_line(tmp_path: Path, cas
         read_module(tmp_path / "js" / "a.js", tmp_path)
 
 
-def test_a_missing_module_a_cycle_and_the_reserved_prefix_are_refused(tmp_path: Path) -> None:
+def test_a_missing_module_a_cycle_a_name_clash_and_the_reserved_prefix_are_refused(tmp_path: Path) -> None:
     write(tmp_path, {"js/pages/p.js": 'import { x } from "../gone.js";\n'})
     with pytest.raises(BundleError, match=r"^/static/js/pages/p\.js:1: imports \.\./gone\.js, which is not a file"):
         make_bundle(tmp_path / "js" / "pages" / "p.js", tmp_path, "p.js.map")
@@ -115,6 +115,10 @@ def test_a_missing_module_a_cycle_and_the_reserved_prefix_are_refused(tmp_path: 
         },
     )
     with pytest.raises(BundleError, match=r"cycle \(/static/js/pages/p\.js -> /static/js/a\.js -> /static/js/b\.js"):
+        make_bundle(tmp_path / "js" / "pages" / "p.js", tmp_path, "p.js.map")
+    write(tmp_path, {"js/pages/p.js": 'import { a } from "../a-b.js";\nimport { b } from "../a_b.js";\n'})
+    write(tmp_path, {"js/a-b.js": "export const a = 1;\n", "js/a_b.js": "export const b = 2;\n"})
+    with pytest.raises(BundleError, match=r"^/static/js/a_b\.js: its bundle name \$module_a_b is also /static/js/a-b"):
         make_bundle(tmp_path / "js" / "pages" / "p.js", tmp_path, "p.js.map")
     write(tmp_path, {"js/pages/p.js": "const $module_a = 1;\n"})
     with pytest.raises(BundleError, match="reserved name prefix"):

@@ -122,6 +122,9 @@ def _evaluation_order(page: Module, static_root: Path) -> list[Module]:
             raise BundleError(f"{url}: imported in a cycle ({' -> '.join([*visiting, url])})")
         if url in modules:
             return
+        clash = next((other for other in modules if _object_name(other) == _object_name(url)), None)
+        if clash is not None:
+            raise BundleError(f"{url}: its bundle name {_object_name(url)} is also {clash}'s (rename one of them)")
         module = read_module(static_root / url.removeprefix("/static/"), static_root)
         modules[url] = module
         visiting.append(url)
