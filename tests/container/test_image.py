@@ -144,7 +144,9 @@ def test_image_serves_a_mounted_folder(image: str, local_answers: dict, containe
     cached = _podman("exec", served.id, "sh", "-c", "ls /var/cache/profscope/traces | wc -l").stdout.strip()
     assert int(cached) == 2  # the parsed traces live in the cache volume
     page = httpx.get(f"{served.url}/overview", params={"run": RUN})
-    assert page.status_code == 200 and "/static/js/pages/overview.js" in page.text
+    assert page.status_code == 200 and "/static/bundles/overview.js" in page.text
+    bundle = httpx.get(f"{served.url}/static/bundles/overview.js")  # made in the container from the wheel's modules
+    assert bundle.status_code == 200 and "/static/js/pages/overview.js and the modules it imports" in bundle.text
 
 
 def test_image_serves_the_demo_run_with_no_root(image: str, container: list[Container]) -> None:
