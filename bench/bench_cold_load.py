@@ -34,7 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from local_http import free_port, get
+from local_http import free_port, get, stop_server
 
 CHROMIUM = os.environ.get("PROFSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -161,12 +161,13 @@ def serve_floor_pages(directory: Path) -> tuple[str, subprocess.Popen]:
     command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
-    while True:
+    while server.poll() is None:
         try:
             with urllib.request.urlopen(f"{base}/floor_blank.html", timeout=5):
                 return base, server
         except OSError:
             time.sleep(0.05)
+    raise RuntimeError("the floor pages' http.server exited")
 
 
 def main() -> int:
@@ -202,8 +203,7 @@ def main() -> int:
     finally:
         for process in (server, floors):
             if process is not None:
-                process.terminate()
-                process.wait(timeout=30)
+                stop_server(process)
         if work is not None:
             work.cleanup()
     return 0
