@@ -9,7 +9,8 @@ new browser context (empty HTTP cache, no compiled-code cache). Times come from 
 clock (``performance.now()``, 0 = navigation start), taken by a small observer the context adds to each
 page before it loads (``OBSERVER``: it looks at the page every animation frame):
 - content_ms: the first ``section.panel`` of the view is in the page (numbers and tables);
-- chart_ms: the first plotly chart has drawn its SVG;
+- chart_ms: the first chart has drawn its SVG (profscope's own charts, ``svg.chart-svg``; a plotly chart,
+  ``.js-plotly-plot .main-svg``, for the code before run 26, so that an A/B against it measures the same moment);
 - all_charts_ms: when the number of drawn charts last changed, once it has not changed for 300 ms (a
   page draws its charts one after another).
 
@@ -49,8 +50,9 @@ OBSERVER = """(() => {
       marks.content_ms = now;
       console.debug("cold-load:content");
     }
-    if (marks.chart_ms === undefined && document.querySelector("#main .js-plotly-plot .main-svg")) marks.chart_ms = now;
-    const charts = document.querySelectorAll("#main .js-plotly-plot").length;
+    const chart = document.querySelector("#main svg.chart-svg, #main .js-plotly-plot .main-svg");
+    if (marks.chart_ms === undefined && chart) marks.chart_ms = now;
+    const charts = document.querySelectorAll("#main .chart-drawn, #main .js-plotly-plot").length;
     if (charts !== marks.charts) {
       marks.charts = charts;
       marks.last_chart_ms = now;
@@ -137,18 +139,10 @@ def measure(targets: list[tuple[str, str]], repeat: int) -> dict:
     return results
 
 
-# --floors: what this machine and browser take for a page that does nothing (its content is in the HTML) and
-# for one that only draws a pie with profscope's plotly.js bundle as soon as it can (a classic script in the
-# HTML, no modules, no API request), served as static files by Python's http.server. A view's page cannot show
-# its content or its first chart sooner than these.
-PLOTLY_BUNDLE = Path(__file__).resolve().parent.parent / "web" / "static" / "vendor" / "plotly.min.js"
+# --floors: what this machine and browser take for a page that does nothing (its content is in the HTML), served
+# as a static file by Python's http.server. A view's page cannot show its content sooner than this.
 FLOOR_PAGES = {
     "floor_blank": '<section class="panel">Nothing else on this page.</section>',
-    "floor_plotly_pie": (
-        '<section class="panel">One chart.</section><div id="chart" style="width:600px;height:320px"></div>'
-        '<script src="plotly.min.js"></script><script>Plotly.newPlot("chart", [{type: "pie", values: [4, 3, 2, 1], '
-        'labels: ["a", "b", "c", "d"]}])</script>'
-    ),
 }
 
 
@@ -156,7 +150,6 @@ def serve_floor_pages(directory: Path) -> tuple[str, subprocess.Popen]:
     for name, body in FLOOR_PAGES.items():
         html = f'<!doctype html><html><head><meta charset="utf-8"><title>{name}</title></head><body><main id="main">{body}</main></body></html>'  # noqa: E501
         (directory / f"{name}.html").write_text(html)
-    (directory / PLOTLY_BUNDLE.name).write_bytes(PLOTLY_BUNDLE.read_bytes())
     port = free_port()
     command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -177,7 +170,7 @@ def main() -> int:
     parser.add_argument("--run", help="the run to open (default: the first listed)")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--pages", default=",".join(PAGES))
-    parser.add_argument("--floors", action="store_true", help="also measure the two floor pages (FLOOR_PAGES)")
+    parser.add_argument("--floors", action="store_true", help="also measure the floor page (FLOOR_PAGES)")
     args = parser.parse_args()
     pages = args.pages.split(",")
     if args.url:

@@ -141,7 +141,7 @@ def static_assets() -> list[Request]:
     static = web_dir() / "static"
     files = sorted(p for p in static.rglob("*") if p.is_file())
     assets = [Request("/static/*", f"/static/{p.relative_to(static).as_posix()}") for p in files]
-    return [*assets, Request("/static/vendor/plotly.min.js", "/static/vendor/plotly.min.js")]
+    return [*assets, Request("/static/bundles/overview.js", "/static/bundles/overview.js")]
 
 
 def page_visits(client: httpx.Client, runs: list[dict[str, Any]], pages: set[str]) -> list[list[Request]]:

@@ -23,7 +23,7 @@ from typing import Any
 SCRIPT = "<script>window.__pwned=1</script>"
 IMG = "<img src=x onerror=window.__pwned=1>"
 QUOTES = "\"'&<>"
-MARKUP = "<b>b</b><i>i</i>"  # plotly draws a small HTML subset in its text: unescaped, these tags vanish
+MARKUP = "<b>b</b><i>i</i>"  # markup in a name: drawn as text it shows its tags; read as HTML they would vanish
 PAYLOADS = (SCRIPT, IMG, QUOTES, MARKUP)
 LONG = "aten::" + "very_long_name_" * 400 + SCRIPT  # 6,000 characters, markup at the far end
 # File and folder names cannot hold "/": the run and the workers carry the payloads without one.

@@ -103,7 +103,7 @@ def _requests(base: str, source_root: Path, headers: dict[str, str]) -> list[tup
     static = web_dir() / "static"
     files = [f"/static/{p.relative_to(static).as_posix()}" for p in sorted(static.rglob("*")) if p.is_file()]
     assert files, "no static files found"
-    requests += [("GET", path, {}) for path in [*files, "/static/vendor/plotly.min.js"]]
+    requests += [("GET", path, {}) for path in [*files, "/static/bundles/overview.js"]]
     requests += [("GET", "/openapi.json", {}), ("GET", "/metrics", {})]
     covered = {path for _, path, _ in requests} | OPEN | {"/login", "/logout", "/static"}
     templated = {p for p in _registered_paths() if "{" in p}  # /{page}: covered by the PAGES entries

@@ -112,7 +112,7 @@ def test_layer_sunbursts_sum_the_logged_layers(example_text: str) -> None:
     for node, parent in zip(params["ids"], params["parents"], strict=True):
         if parent:
             children = [v for v, p in zip(params["values"], params["parents"], strict=True) if p == node]
-            assert sum(children) <= value(params, node)  # plotly's branchvalues="total" holds
+            assert sum(children) <= value(params, node)  # branchvalues="total" holds: a node is at least its children
 
     optimizer = layer_tree(log, "optimizer")  # two trees: the parameters' copies and Adam's state
     assert optimizer["ids"][0] == "optimizer" and optimizer["parents"][0] == ""

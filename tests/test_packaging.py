@@ -32,7 +32,7 @@ def test_wheel_ships_templates_static_files_and_demo(tmp_path: Path) -> None:
         assert f"profscope/web/templates/{template}" in names
     assert "profscope/web/static/css/profscope.css" in names
     assert any(n.startswith("profscope/web/static/js/pages/") for n in names)
-    assert "profscope/web/static/vendor/plotly.min.js" in names  # the committed partial bundle: no npm, no CDN
+    assert "profscope/web/static/js/chart/core.js" in names  # the charts are drawn by our own modules: no npm, no CDN
     assert any(n.startswith("profscope/demo/traces/demo_run/") and n.endswith(".pt.trace.json.gz") for n in names)
     # the C decoder, compiled when the machine has a compiler (every machine that runs these tests does)
     assert any(n.startswith("profscope/ingest/_native_events.") and n.endswith(".so") for n in names)

@@ -137,7 +137,7 @@ def test_pages_openapi_and_health(server) -> None:  # type: ignore[no-untyped-de
         response = httpx.get(base + page)
         assert response.status_code == 200, page
         assert "script-src 'self'" in response.headers["content-security-policy"]
-    assert httpx.get(f"{base}/static/vendor/plotly.min.js").status_code == 200
+    assert httpx.get(f"{base}/static/bundles/overview.js").status_code == 200
 
 
 PRELOADED_FETCH = re.compile(r'<link rel="preload" href="([^"]+)" as="fetch" crossorigin="anonymous">')

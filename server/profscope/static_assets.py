@@ -1,6 +1,6 @@
 """The web assets (``web/static``) answered from memory, on the event loop.
 
-A page's first load asks for its stylesheet, a dozen modules and plotly.js at once. Starlette's
+A page's first load asks for its stylesheet and a dozen modules at once. Starlette's
 ``StaticFiles`` answered each through the thread pool (a stat, an open, a read per file) and the gzip
 middleware compressed the larger ones again on every request; on a 2-core machine, with Chromium
 starting its renderer on the same cores, the last module arrived ~300 ms after it was asked for.
@@ -29,9 +29,6 @@ from profscope.module_bundle import Bundle, is_current, make_bundle
 
 COMPRESSED_TYPES = ("text/", "application/javascript", "application/json", "image/svg+xml")
 MIN_COMPRESSED_BYTES = 1024  # smaller files gain less than the header costs
-# plotly.js is the only file named in the pages' <head> with a version-free URL that never changes
-# within a release; the others are revalidated (ETag) so an upgrade never mixes old and new modules.
-LONG_CACHED = frozenset({"vendor/plotly.min.js"})
 BUNDLES = "bundles/"
 _PAGE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -108,7 +105,7 @@ class StaticAssets:
         return asset if asset is not None and asset.stamp == (stat.st_mtime_ns, stat.st_size) else None
 
     async def asset(self, relative: str) -> Asset | None:
-        """The file ``relative`` names, kept or read now (in a thread: plotly.js takes ~60 ms to compress)."""
+        """The file ``relative`` names, kept or read now (in a thread: a large file takes a while to compress)."""
         if relative.startswith(BUNDLES):
             return await self.bundle(relative.removeprefix(BUNDLES))
         located = self.locate(relative)
@@ -143,7 +140,7 @@ class StaticAssets:
             (b"content-type", asset.media_type),
             (b"etag", asset.etag),
             (b"last-modified", asset.last_modified),
-            (b"cache-control", b"max-age=86400" if relative in LONG_CACHED else b"no-cache"),
+            (b"cache-control", b"no-cache"),  # revalidated (ETag): an upgrade never mixes old and new modules
         ]
         request_headers = dict(scope["headers"])
         if asset.etag in _etags(request_headers.get(b"if-none-match", b"")):

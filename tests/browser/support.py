@@ -90,7 +90,7 @@ def query_of(url: str) -> dict[str, str]:
 
 
 def wait_for_plot(target, selector: str, marks: str, timeout_ms: int = 20_000) -> int:
-    """Wait until the plotly chart under `selector` has drawn at least one of `marks`; their count."""
+    """Wait until the chart under `selector` has drawn at least one of `marks`; their count."""
     target.wait_for_function(
         "([sel, marks]) => document.querySelectorAll(`${sel} ${marks}`).length > 0",
         arg=[selector, marks],
@@ -99,8 +99,41 @@ def wait_for_plot(target, selector: str, marks: str, timeout_ms: int = 20_000) -
     return target.locator(f"{selector} {marks}").count()
 
 
-PIE_SLICES = "g.slice path.surface"
-BARS = "g.trace.bars g.point path"
+# What the charts draw (web/static/js/chart/): an <svg class="chart-svg"> in a .chart-frame, and in it
+CHART_SVG = "svg.chart-svg"
+PIE_SLICES = "path.slice"  # a donut's slices
+BARS = "rect.bar"  # bars, series by series, each series' bars in category order
+NODES = "g.node"  # a sunburst's sectors or an icicle's cells (each with its text)
+LINES = "path.line"  # the line of a line or area series
+AREAS = "path.area"  # a filled area (stacked categories, the snapshot's small allocations)
+POLYGONS = "path.polygons"  # filled polygons (a snapshot's allocations)
+PLOT_AREA = "rect.plot-area"  # an x-y chart's plot, where the pointer hovers, drags to zoom, double-clicks back
+TOOLTIP = ".chart-tooltip"  # the tooltip of a chart's frame (hidden unless the pointer is on a mark)
+
+
+def point_on(target, selector: str) -> dict:
+    """A point of the page (``{"x", "y"}``) where the pointer is on the mark ``selector`` names (the first), found
+    on a grid over its box, nearest its middle first: a slice or a ring's sector need not cover its box's middle."""
+    point = target.evaluate(
+        """(selector) => {
+          const mark = document.querySelector(selector);
+          mark.scrollIntoView({ block: "center" });
+          const box = mark.getBoundingClientRect();
+          const grid = [];
+          for (let i = 1; i < 20; i += 1) for (let j = 1; j < 20; j += 1) grid.push([i / 20, j / 20]);
+          grid.sort((a, b) => Math.hypot(a[0] - 0.5, a[1] - 0.5) - Math.hypot(b[0] - 0.5, b[1] - 0.5));
+          for (const [fx, fy] of grid) {
+            const x = box.left + box.width * fx;
+            const y = box.top + box.height * fy;
+            const hit = document.elementFromPoint(x, y);
+            if (hit && mark.contains(hit)) return { x, y };
+          }
+          return null;
+        }""",
+        selector,
+    )
+    assert point is not None, f"no point of the page is on {selector}"
+    return point
 
 
 TRACE_HOOK = "window.__profscopeTrace"  # the Trace page's test hook (web/static/js/pages/trace.js)

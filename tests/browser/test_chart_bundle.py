@@ -1,7 +1,5 @@
-"""Every chart of every page draws with the partial plotly.js bundle (web/static/vendor/plotly.min.js, built by
-scripts/build_plotly_bundle.sh with only the trace types the pages use): plotly draws a trace of a type the
-bundle lacks as an empty scatter, without an error, so each chart's traces are checked to be drawn as the type
-the page asked for, and every type the bundle holds is seen on some page."""
+"""Every chart of every page draws (web/static/js/chart/: SVG made in the page), and each page's script arrives as
+one bundle with its first requests fetched beside it."""
 
 from __future__ import annotations
 
@@ -15,29 +13,35 @@ from .support import Server, api_requests, corpus_path, parsed_server, screensho
 
 pytestmark = pytest.mark.browser
 
-BUNDLED_TYPES = {"scatter", "bar", "pie", "sunburst", "icicle", "waterfall"}  # scripts/plotly-bundle/entry.js
 DATA = Path(__file__).resolve().parents[1] / "data"
 
-# page -> the trace types it draws on these runs
+# page -> the kinds of chart it draws on these runs (the data-chart of each .chart-frame)
 PAGES = {
-    "/overview?run=resnet50_num_workers_0": {"pie", "bar"},
+    "/overview?run=resnet50_num_workers_0": {"pie", "bars"},
     "/operators?run=resnet50_num_workers_0": {"pie"},
     "/kernels?run=resnet50_num_workers_0": {"pie"},
-    "/memory?run=resnet50_num_workers_0": {"scatter"},
-    "/distributed?run=trace_filter": {"bar"},
-    "/modules?run=checkpointing": {"icicle", "bar"},
-    "/diff?run=resnet50_num_workers_4&base_run=resnet50_num_workers_0": {"waterfall"},
-    "/memory?run=snapshot": {"scatter", "sunburst", "bar"},
-    "/memory?run=memory_trace": {"scatter", "sunburst"},
+    "/memory?run=resnet50_num_workers_0": {"xy"},
+    "/distributed?run=trace_filter": {"bars"},
+    "/modules?run=checkpointing": {"icicle", "bars"},
+    "/diff?run=resnet50_num_workers_4&base_run=resnet50_num_workers_0": {"bars"},
+    "/memory?run=snapshot": {"xy", "sunburst", "bars"},
+    "/memory?run=memory_trace": {"xy", "sunburst"},
+}
+KINDS = {"pie", "bars", "xy", "icicle", "sunburst"}
+# What each kind of chart draws (web/static/js/chart/*.js)
+MARKS = {
+    "pie": "path.slice",
+    "bars": "rect.bar",
+    "xy": "path.line, path.area, path.polygons",
+    "icicle": "g.node",
+    "sunburst": "g.node",
 }
 
-# Each chart's traces: the type the page asked for and the type plotly drew it as.
-DRAWN_TRACES = """() => [...document.querySelectorAll('.js-plotly-plot')].flatMap((chart) =>
-  (chart._fullData || []).length ? chart.data.map((trace, i) => ({
-    chart: chart.id || chart.parentElement.className,
-    asked: trace.type || 'scatter',
-    drawn: chart._fullData[i] && chart._fullData[i].type,
-  })) : [])"""
+# Each chart's kind and how many marks it drew
+DRAWN = """(marks) => [...document.querySelectorAll('#main .chart-frame')].map((frame) => ({
+  kind: frame.dataset.chart,
+  marks: frame.querySelectorAll(`svg.chart-svg :is(${marks[frame.dataset.chart]})`).length,
+}))"""
 
 
 @pytest.fixture(scope="module")
@@ -58,43 +62,29 @@ def charts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
-def _drawn_types(page, expected: set[str]) -> list[dict]:
-    """The page's charts once every expected trace type has been drawn."""
+def _drawn(page, expected: set[str]) -> list[dict]:
+    """The page's charts once a chart of every expected kind has drawn its marks."""
     page.wait_for_function(
-        f"""(expected) => {{
-          const asked = new Set(({DRAWN_TRACES})().map((t) => t.asked));
-          return expected.every((type) => asked.has(type));
+        f"""([expected, marks]) => {{
+          const drawn = new Set(({DRAWN})(marks).filter((c) => c.marks > 0).map((c) => c.kind));
+          return expected.every((kind) => drawn.has(kind));
         }}""",
-        arg=sorted(expected),
+        arg=[sorted(expected), MARKS],
         timeout=60_000,
     )
-    return page.evaluate(DRAWN_TRACES)
+    return page.evaluate(DRAWN, MARKS)
 
 
-def test_every_chart_of_every_page_draws_its_trace_types(page, charts_server: Server) -> None:
+def test_every_chart_of_every_page_draws(page, charts_server: Server) -> None:
     seen: set[str] = set()
     for path, expected in PAGES.items():
         page.goto(f"{charts_server.url}{path}")
-        traces = _drawn_types(page, expected)
-        assert [t for t in traces if t["drawn"] != t["asked"]] == [], path
-        seen |= {t["asked"] for t in traces}
+        charts = _drawn(page, expected)
+        assert {c["kind"] for c in charts} == expected, path
+        assert [c for c in charts if c["marks"] == 0] == [], path  # no chart left empty
+        seen |= expected
         screenshot(page, f"charts-{path.strip('/').split('?')[0]}-{path.split('run=')[1].split('&')[0]}")
-    assert seen == BUNDLED_TYPES  # nothing bundled that no page draws, nothing drawn that is not bundled
-
-
-def test_a_type_left_out_of_the_bundle_is_noticed(page, charts_server: Server) -> None:
-    """The check above can fail: a heatmap (not bundled) is drawn as something else."""
-    page.goto(f"{charts_server.url}/memory?run=resnet50_num_workers_0")
-    _drawn_types(page, {"scatter"})
-    drawn = page.evaluate(
-        """() => {
-          const chart = document.createElement('div');
-          document.body.append(chart);
-          return window.Plotly.newPlot(chart, [{ type: 'heatmap', z: [[1, 2], [3, 4]] }])
-            .then(() => chart._fullData[0].type);
-        }"""
-    )
-    assert drawn != "heatmap"
+    assert seen == KINDS  # every kind of chart is drawn on some page
 
 
 def test_every_page_loads_its_script_as_one_bundle(page, charts_server: Server) -> None:
@@ -111,7 +101,7 @@ def test_every_page_loads_its_script_as_one_bundle(page, charts_server: Server) 
         )
         bundle = page.eval_on_selector("script[type=module]", "s => new URL(s.src).pathname")
         assert bundle.startswith("/static/bundles/"), (path, bundle)
-        assert [s for s in scripts if s != "/static/vendor/plotly.min.js"] == [bundle], (path, scripts)
+        assert scripts == [bundle], (path, scripts)
 
 
 # page -> the request its script makes first (View.first_request), which its HTML has fetched with the modules

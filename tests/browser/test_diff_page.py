@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 
 TARGET = "resnet50_num_workers_4"
 BASE = "resnet50_num_workers_0"
-WATERFALL_BARS = "#diff-waterfall g.trace.bars g.point path"
+WATERFALL_BARS = "#diff-waterfall rect.bar"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_compare_with_from_overview_walk_the_tree_and_reload(page, diff_server) 
     page.wait_for_url("**/diff?**")
     target = query_of(page.url)
     assert target["run"] == TARGET and target["worker"] and target["span"]
-    # the page draws after its runs arrive (plotly.js no longer delays the load event: charts.js loads it)
+    # the page draws after its runs arrive
     page.get_by_test_id("diff").get_by_text("Choose a baseline").wait_for()
 
     page.locator("#base-run").select_option(BASE)

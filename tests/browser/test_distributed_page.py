@@ -67,7 +67,7 @@ def test_a_straggler_bar_opens_its_worst_collective(page, distributed_server: Se
     bar = page.locator(f"#straggler-chart {BARS}").nth(late[0])
     bar.scroll_into_view_if_needed()
     box = bar.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # plotly's drag layer is on top
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_url("**/trace?**")
     assert query_of(page.url)["workers"].split(",")[0] == api["stragglers"][late[0]]["worker"]
@@ -85,9 +85,16 @@ def test_step_choice_lives_in_the_url(page, distributed_server: Server) -> None:
     _, api = get_json(f"{distributed_server.url}/api/distributed?run=ddp")
     rank1 = next(r for r in api["ranks"] if r["rank"] == 1)
     step3 = next(s for s in rank1["steps"] if s["step"] == "3")
-    bars = page.evaluate("() => document.getElementById('wait-chart').data.map(t => ({name: t.name, y: t.y}))")
-    sync = next(b for b in bars if b["name"] == "Synchronizing")
-    assert sync["y"][1] * 1000 == pytest.approx(step3["synchronizing_us"], rel=1e-9)  # axis in ms
+    names = page.locator("#wait-chart .chart-legend .legend-label").all_text_contents()
+    bar = page.locator(f'#wait-chart rect.bar[data-series="{names.index("Synchronizing")}"][data-index="1"]')
+    bar.hover()
+    tooltip = page.locator("#wait-chart .chart-tooltip")
+    tooltip.wait_for(state="visible")
+    shown = tooltip.locator("strong").text_content()  # "Synchronizing: 522,442 µs" (fmtUs: whole µs from 1,000)
+    assert shown.startswith("Synchronizing: ") and shown.endswith(" \u00b5s")
+    value = float(shown.split(": ")[1].split(" ")[0].replace(",", ""))
+    assert value == pytest.approx(step3["synchronizing_us"], abs=0.5)
+    assert "rank 1" in tooltip.inner_text()
 
 
 def test_missing_rank_and_hostile_names_are_shown_as_text(page, distributed_server: Server) -> None:

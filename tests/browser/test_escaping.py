@@ -1,7 +1,7 @@
 """Names from traces never run as markup: every page of a run built to attack them (``attack_trace.py``), in
 real Chromium, with its charts hovered. Nothing from the payload executes (``window.__pwned``), no element is
 created from it (inline ``<script>``, ``img[src=x]``, ``[onerror]``), the CSP reports no violation, and the
-names show literally, as typed (in the page, in plotly's tooltips and labels)."""
+names show literally, as typed (in the page, in the charts' tooltips and labels)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,18 @@ from attack_trace import (
 )
 from profscope.pages import PAGES, RUN_VIEWS, form_encoded
 
-from .support import BARS, PIE_SLICES, Server, corpus_path, get_json, screenshot, start_server, who_asked
+from .support import (
+    BARS,
+    NODES,
+    PIE_SLICES,
+    PLOT_AREA,
+    Server,
+    corpus_path,
+    get_json,
+    screenshot,
+    start_server,
+    who_asked,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -87,21 +98,22 @@ def assert_not_attacked(page) -> None:  # type: ignore[no-untyped-def]
     assert page.requested_x == []
 
 
-TOOLTIPS = "() => Array.from(document.querySelectorAll('.hoverlayer')).map((n) => n.textContent).join(' ')"
-LABELS = "() => Array.from(document.querySelectorAll('.xtick text, .ytick text, .legendtext, .slicetext'))"
+TOOLTIPS = "() => Array.from(document.querySelectorAll('.chart-tooltip:not([hidden])'))"
+TOOLTIPS += ".map((n) => n.textContent).join(' ')"
+LABELS = "() => Array.from(document.querySelectorAll('svg.chart-svg text, .chart-legend'))"
 LABELS += ".map((n) => n.textContent).join(' ')"
 
 
 def hover_charts(page) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """Hover pie and sunburst slices, bars and every plot area: (the tooltips plotly drew, its labels)."""
+    """Hover pie slices, bars, sunburst and icicle nodes and every plot area: (the tooltips shown, the labels)."""
     tooltips: list[str] = []
-    for selector in (PIE_SLICES, BARS):
+    for selector in (PIE_SLICES, BARS, NODES):
         marks = page.locator(selector)
         for i in range(min(marks.count(), HOVERED)):
             if marks.nth(i).is_visible():
                 marks.nth(i).hover(force=True)
                 tooltips.append(page.evaluate(TOOLTIPS))
-    areas = page.locator(".js-plotly-plot .nsewdrag")
+    areas = page.locator(PLOT_AREA)
     for i in range(areas.count()):
         box = areas.nth(i).bounding_box()
         if box:
@@ -199,7 +211,7 @@ def test_memory_snapshot_and_memory_log(
     guarded, attack_server: Server, source: dict[str, str], sunburst: str, shown: str
 ) -> None:
     guarded.goto(f"{attack_server.url}/memory?{urlencode({'run': RUN, **source})}")
-    guarded.get_by_test_id(sunburst).locator(PIE_SLICES).first.wait_for()
+    guarded.get_by_test_id(sunburst).locator(NODES).first.wait_for()
     settle(guarded)
     tooltips, _ = hover_charts(guarded)
     assert shown in tooltips, tooltips[:500]  # the sunburst's frames / layers, as typed

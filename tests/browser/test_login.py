@@ -36,7 +36,7 @@ def test_paste_the_token_once_then_links_open(page, locked_server):  # type: ign
     page.get_by_label("Access token").fill(TOKEN)
     page.get_by_role("button", name="Open the dashboard").click()
     page.wait_for_url("**/overview?run=tinygpt_cpu")
-    page.locator("#step-chart .main-svg").first.wait_for(timeout=60_000)  # the page's API calls got through
+    page.locator("#step-chart svg.chart-svg").first.wait_for(timeout=60_000)  # the page's API calls got through
     screenshot(page, "login-then-overview")
 
     page.goto(f"{locked_server.url}/operators?run=tinygpt_cpu")  # another link: no second login

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, parsed_server, query_of, screenshot, wait_for_plot
+from .support import POLYGONS, Server, corpus_path, parsed_server, query_of, screenshot, wait_for_plot
 
 pytestmark = pytest.mark.browser
 
@@ -60,7 +60,7 @@ def _no_sideways_scroll(page) -> None:
 
 def test_long_frames_never_widen_the_page(page, long_frames: Server) -> None:
     page.goto(f"{long_frames.url}/memory?run=long_frames")
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
     page.get_by_test_id("top-table").locator("tbody tr").first.wait_for()
     _no_sideways_scroll(page)
     where = page.get_by_test_id("top-table").locator("td.frames .mid-ellipsis").first

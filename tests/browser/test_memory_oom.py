@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
+from .support import POLYGONS, Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
 
 SOURCE = "memory-snapshots/ZidongLiu_DeComFL/memory.pickle"  # Apache-2.0, with allocation history
 OOM_DEVICE = 1
@@ -63,12 +63,12 @@ def test_memory_page_opens_on_the_oom_device_and_moment(page, oom_server: Server
     assert "cuda:1 ran out of memory at " in banner.inner_text()
     assert "8.0 GiB" in moment.inner_text() and "50.0 MiB" in moment.inner_text()
     page.wait_for_function("() => document.querySelector('#oom').getBoundingClientRect().top < innerHeight / 2")
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
     _, summary = get_json(f"{oom_server.url}/api/memory/snapshot?run=job&device={OOM_DEVICE}")
     info = next(d for d in summary["devices"] if d["device"] == OOM_DEVICE)
     _, ooms = get_json(f"{oom_server.url}/api/memory/snapshot/oom?run=job&device={OOM_DEVICE}")
     assert info["oom_count"] == 1 and info["first_oom_at_us"] == ooms["ooms"][0]["at_us"]
-    assert "OOM" in page.locator("#snapshot-timeline g.annotation text").all_text_contents()
+    assert "OOM" in page.locator("#snapshot-timeline text.vline-text").all_text_contents()
     screenshot(page, "memory-opens-on-oom")
 
 
@@ -89,7 +89,7 @@ def test_a_snapshot_without_oom_opens_on_its_first_device(page, tmp_path: Path) 
     (tmp_path / "plain" / "snapshot.pickle").write_bytes(pickle.dumps(snapshot))
     with parsed_server([tmp_path / "plain"], tmp_path) as server:
         page.goto(f"{server.url}/memory?run=plain")
-        wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+        wait_for_plot(page, "#snapshot-timeline", POLYGONS)
         assert query_of(page.url)["device"] == "0"
         assert page.get_by_test_id("oom-banner").count() == 0
         _, runs = get_json(f"{server.url}/api/runs")
@@ -105,7 +105,7 @@ def test_a_segments_only_snapshot_says_it_has_no_timeline(page, tmp_path: Path) 
         timeline = page.get_by_test_id("snapshot-timeline")
         timeline.get_by_test_id("empty-state").wait_for()
         assert "No allocation history in this snapshot" in timeline.inner_text()
-        assert timeline.locator(".main-svg").count() == 0
+        assert timeline.locator("svg.chart-svg").count() == 0
         page.get_by_test_id("top-allocations").locator("tbody tr").first.wait_for()  # what was live is shown
         screenshot(page, "memory-segments-only")
 

@@ -9,7 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from .support import Server, corpus_path, get_json, query_of, screenshot, start_server, wait_for_plot
+from .support import (
+    AREAS,
+    BARS,
+    LINES,
+    NODES,
+    PLOT_AREA,
+    POLYGONS,
+    Server,
+    corpus_path,
+    get_json,
+    point_on,
+    query_of,
+    screenshot,
+    start_server,
+    wait_for_plot,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -72,18 +87,14 @@ def _band_point(page) -> dict:
     """Pixel position (in the page) of the middle of the largest drawn band, and what it is."""
     return page.evaluate(
         """() => {
-          const chart = document.getElementById('snapshot-timeline');
-          const layout = chart._fullLayout;
-          const box = chart.getBoundingClientRect();
+          const frame = document.querySelector('#snapshot-timeline .chart-frame');
           const url = new URL(document.getElementById('json-link').href);
           return fetch(url).then((r) => r.json()).then((data) => {
             const band = data.bands.reduce((a, b) => (b.size > a.size ? b : a));
             const i = Math.floor(band.x.length / 2);
             const x = (band.x[i] + (band.x[i + 1] ?? band.x_end)) / 2;
             const y = (band.y[i] + band.size / 2) / (1024 * 1024);
-            const left = box.left + layout._size.l + layout.xaxis.d2p(x);
-            const top = box.top + layout._size.t + layout.yaxis.d2p(y);
-            return { left, top, addr: band.addr, id: band.id };
+            return { ...frame.toClient(x, y), addr: band.addr, id: band.id };
           });
         }"""
     )
@@ -91,8 +102,8 @@ def _band_point(page) -> dict:
 
 def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Server) -> None:
     page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
-    page.get_by_test_id("segments-chart").locator("g.trace.bars").first.wait_for()
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
+    page.get_by_test_id("segments-chart").locator(BARS).first.wait_for()
     note = page.locator(".timeline-note").inner_text()
     assert "allocations drawn one by one" in note and "summarized" in note
 
@@ -122,11 +133,11 @@ def test_snapshot_timeline_hover_pin_and_jump_to_source(page, memory_server: Ser
 
 def test_profiler_curve_range_selection_filters_both_tables(page, memory_server: Server) -> None:
     page.goto(f"{memory_server.url}/memory?run=tinygpt_cpu")
-    wait_for_plot(page, "#memory-curve", "g.scatterlayer path.js-line")
+    wait_for_plot(page, "#memory-curve", LINES)
     events_count = page.get_by_test_id("events-table").locator("tbody tr").count()
     assert events_count > 100
     _, full = get_json(f"{memory_server.url}/api/memory?run=tinygpt_cpu")
-    plot = page.locator("#memory-curve .nsewdrag").first.bounding_box()
+    plot = page.locator(f"#memory-curve {PLOT_AREA}").first.bounding_box()
     y = plot["y"] + plot["height"] / 2
     page.mouse.move(plot["x"] + plot["width"] * 0.25, y)
     page.mouse.down()
@@ -167,13 +178,13 @@ def test_runs_page_links_a_snapshot_to_the_memory_page(page, memory_server: Serv
     link.click()
     page.wait_for_url("**/memory?**")
     assert query_of(page.url)["snapshot"] == "memory_snapshot"
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
     screenshot(page, "memory-from-runs")
 
 
 def test_memory_log_curve_by_category_and_layer_sunbursts(page, memory_server: Server) -> None:
     page.goto(f"{memory_server.url}/memory?run={LOG_RUN}")
-    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")  # the stacked categories
+    wait_for_plot(page, "#log-curve", AREAS)  # the stacked categories
     stats = {
         label: value
         for label, value in zip(
@@ -190,15 +201,15 @@ def test_memory_log_curve_by_category_and_layer_sunbursts(page, memory_server: S
     source = page.get_by_label("Trace, snapshot or memory.log")
     assert source.locator("option:checked").inner_text() == "memory.log \u00b7 rank0_dp0_tp0"
 
-    wait_for_plot(page, "#layer-sunburst", "g.slice path.surface")
+    wait_for_plot(page, "#layer-sunburst", NODES)
     assert "layer2" in page.locator("#layer-sunburst").inner_text()
-    page.get_by_role("button", name="optimizer").click()
+    page.get_by_role("button", name="optimizer", exact=True).click()
     page.wait_for_function("() => document.querySelector('#layer-sunburst').textContent.includes('os_state_mem')")
     assert query_of(page.url)["category"] == "optimizer"
-    assert page.get_by_role("button", name="optimizer").get_attribute("aria-pressed") == "true"
+    assert page.get_by_role("button", name="optimizer", exact=True).get_attribute("aria-pressed") == "true"
     screenshot(page, "memory-log-optimizer")
 
-    plot = page.locator("#log-curve .nsewdrag").first.bounding_box()
+    plot = page.locator(f"#log-curve {PLOT_AREA}").first.bounding_box()
     y = plot["y"] + plot["height"] / 2
     page.mouse.move(plot["x"] + plot["width"] * 0.05, y)
     page.mouse.down()
@@ -218,7 +229,7 @@ def test_memory_log_curve_by_category_and_layer_sunbursts(page, memory_server: S
 
 def test_memory_log_of_another_rank_from_the_source_selector(page, memory_server: Server) -> None:
     page.goto(f"{memory_server.url}/memory?run={PIPELINE_RUN}&category=activations")
-    wait_for_plot(page, "#layer-sunburst", "g.slice path.surface")
+    wait_for_plot(page, "#layer-sunburst", NODES)
     text = page.locator("#layer-sunburst").inner_text()
     assert "activations_0" in text and "activations_1" in text  # one tree per model chunk
     source = page.get_by_label("Trace, snapshot or memory.log")
@@ -229,7 +240,7 @@ def test_memory_log_of_another_rank_from_the_source_selector(page, memory_server
     screenshot(page, "memory-log-pipeline-activations")
     source.select_option(label="memory.log \u00b7 rank1_dp1_wp0_tp0")
     page.wait_for_url("**worker=rank1_dp1_wp0_tp0**")
-    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#log-curve", AREAS)
     assert "rank1_dp1_wp0_tp0" in page.locator(".page-head").inner_text()
 
 
@@ -241,7 +252,7 @@ def test_runs_page_links_a_memory_log_to_the_memory_page(page, memory_server: Se
     page.locator(f"[data-run='{LOG_RUN}']").get_by_test_id("memory-log-link").click()
     page.wait_for_url("**/memory?**")
     assert query_of(page.url)["log"] == "memory.log"
-    wait_for_plot(page, "#log-curve", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#log-curve", AREAS)
 
 
 def test_old_trace_without_totals_draws_the_running_sum_of_bytes(page, server: Server) -> None:
@@ -249,16 +260,17 @@ def test_old_trace_without_totals_draws_the_running_sum_of_bytes(page, server: S
     running sum of their Bytes since the trace started (what the Trace view draws as "GPU 0 memory
     allocated"), said so above it; no reserved curve, no peak that was not recorded."""
     page.goto(f"{server.url}/memory?run=resnet50_num_workers_0")
-    wait_for_plot(page, "#memory-curve", "g.scatterlayer path.js-line")
+    wait_for_plot(page, "#memory-curve", LINES)
     note = page.get_by_test_id("curve-note").inner_text()
     assert "running sum of their 'Bytes' since the trace started" in note
-    legend = " ".join(page.locator("#memory-curve g.legend text").all_text_contents())
+    legend = page.locator("#memory-curve .chart-legend").text_content()
     assert "Allocated since the trace started" in legend and "Reserved" not in legend
     stat_labels = page.locator(".mem-stat .label").all_inner_texts()
     assert "Peak reserved" not in stat_labels and "Peak allocated" not in stat_labels
-    ticks = page.locator("#memory-curve g.xtick text").all_text_contents()
+    ticks = page.locator("#memory-curve .x-axis text.tick").all_text_contents()
     assert ticks and not any("M" in t for t in ticks)  # ms / s, not "12M µs"
-    assert page.locator("#memory-curve g.g-xtitle text").text_content().endswith("(s)")  # the trace lasts 1.03 s
+    title = page.locator("#memory-curve .x-axis text.axis-title").text_content()
+    assert title.endswith("(s)")  # the trace lasts 1.03 s
     assert page.get_by_test_id("stats-table").locator("tbody tr").count() > 10
     _, body = get_json(f"{server.url}/api/memory?run=resnet50_num_workers_0")
     assert body["device"] == "GPU0" and body["curve_kind"] == "bytes_running_sum"
@@ -272,13 +284,13 @@ def test_every_drawn_segment_has_its_row_inside_the_panel(page, memory_server: S
     past the bottom of its panel."""
     page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
     chart = page.get_by_test_id("segments-chart")
-    wait_for_plot(page, '[data-testid="segments-chart"]', "g.trace.bars")
+    wait_for_plot(page, '[data-testid="segments-chart"]', BARS)
     _, state = get_json(
         f"{memory_server.url}/api/memory/snapshot/segments?run={SNAPSHOT_RUN}&snapshot=memory_snapshot&device=0"
     )
     drawn = min(80, len(state["segments"]))
     assert drawn > 20
-    assert chart.locator("g.ytick").count() == drawn
+    assert chart.locator(".y-axis text.category").count() == drawn  # each segment labelled
     panel = page.locator("section.panel", has=chart).bounding_box()
     box = chart.bounding_box()
     assert box["height"] >= 22 * drawn and box["y"] + box["height"] <= panel["y"] + panel["height"]
@@ -326,16 +338,19 @@ def test_call_stack_sunburst_names_each_sector_by_its_function(page, memory_serv
     """Sectors show the function alone (``file.py:line`` made every label too long to read); the whole frame
     is in the hover. The largest stack's outermost frame is written in the chart."""
     page.goto(f"{memory_server.url}/memory?run={SNAPSHOT_RUN}&snapshot=memory_snapshot")
-    wait_for_plot(page, "#stack-sunburst", "g.slice path.surface")
+    wait_for_plot(page, "#stack-sunburst", NODES)
     _, tree = get_json(
         f"{memory_server.url}/api/memory/snapshot/stacks?run={SNAPSHOT_RUN}&snapshot=memory_snapshot&device=0"
     )
     outer = [i for i, parent in enumerate(tree["parents"]) if parent == "all" and tree["ids"][i].endswith(")")]
     largest = max(outer, key=lambda i: tree["values"][i])
     function = tree["labels"][largest].split(" (")[0]
-    texts = page.locator("#stack-sunburst g.slicetext").evaluate_all("(texts) => texts.map((t) => t.textContent)")
+    texts = page.locator("#stack-sunburst text.node-text").evaluate_all("(texts) => texts.map((t) => t.textContent)")
     assert function in texts and "all live memory" in texts
     assert not any(".py:" in text for text in texts)
-    hover_labels = page.evaluate("() => document.getElementById('stack-sunburst').data[0].labels")
-    where = tree["labels"][largest].split(" (", 1)[1]  # "file.py:line)": the hover keeps the whole frame
-    assert any(label.endswith(f" ({where}") for label in hover_labels)
+    at = point_on(page, f'#stack-sunburst g.node[data-node="{largest}"]')  # the hover keeps the whole frame
+    page.mouse.move(at["x"], at["y"])
+    tooltip = page.locator("#stack-sunburst .chart-tooltip")
+    tooltip.wait_for(state="visible")
+    assert tooltip.locator("strong").text_content() == tree["labels"][largest]
+    assert ".py:" in tree["labels"][largest]

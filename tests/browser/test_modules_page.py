@@ -20,7 +20,7 @@ pytestmark = pytest.mark.browser
 BERT_H100 = "traces/AMD-AGI_TraceLens/tests/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
 RESNET = "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "modules"
-ICICLE_SECTORS = "g.slice path.surface"
+ICICLE_SECTORS = "g.node rect.cell"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_ser
     assert query_of(page.url)["expanded"] == ",".join(sorted((str(root["id"]), str(model["id"])), key=int))
 
     assert wait_for_plot(page, "#icicle", ICICLE_SECTORS) > 10
-    page.locator("#icicle g.slice").filter(has_text="BertEncoder_0").first.click()
+    page.locator("#icicle g.node").filter(has_text="BertEncoder_0").first.click()
     page.wait_for_function("() => new URLSearchParams(location.search).get('module') !== null")
     assert query_of(page.url)["module"] == str(encoder["id"])
     assert page.get_by_test_id("module-detail-name").inner_text().startswith("BertEncoder_0")
@@ -94,7 +94,7 @@ def test_expand_click_in_icicle_reload_and_follow_to_the_trace(page, modules_ser
 
 def test_phases_chart_and_recomputation_on_a_checkpointed_training_trace(page, modules_server):
     page.goto(f"{modules_server}/modules?run=checkpointing")
-    assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 9  # 3 steps x data, fwd, bwd
+    assert wait_for_plot(page, "[data-testid=phases-chart]", "rect.bar") >= 9  # 3 steps x data, fwd, bwd
     rows = page.get_by_test_id("phases-table").locator("tbody tr")
     assert rows.count() == 6
     assert page.get_by_test_id("metric-host").get_attribute("aria-pressed") == "true"  # a CPU trace: host time
@@ -110,7 +110,7 @@ def test_a_trace_without_modules_says_how_to_record_them(page, modules_server):
     empty = page.get_by_test_id("no-modules")
     empty.wait_for()
     assert "with_modules=True" in empty.inner_text() and "with_stack=True" in empty.inner_text()
-    assert wait_for_plot(page, "[data-testid=phases-chart]", "g.point path") >= 1  # it has ProfilerSteps
+    assert wait_for_plot(page, "[data-testid=phases-chart]", "rect.bar") >= 1  # it has ProfilerSteps
     screenshot(page, "modules-resnet-none")
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import Server, corpus_path, parsed_server, screenshot, wait_for_plot
+from .support import PIE_SLICES, Server, corpus_path, parsed_server, screenshot, wait_for_plot
 
 AMD = "traces/AMD-AGI_TraceLens/tests/traces/inference"
 DEEP = "lab/profiles/2025-11/AMD-AGI_TraceLens/tests/traces/inference"  # a team's folder above the traces
@@ -78,7 +78,7 @@ def test_kernel_operator_column_shows_what_tells_operators_apart(page, amd_serve
 def test_pie_legend_tells_the_convolutions_apart(page, server: Server) -> None:
     """The issue's example: three entries of the Operator pie read ``aten::cudnn_convoluti…``."""
     page.goto(f"{server.url}/operators?run=resnet50_num_workers_0&pie_top=20")
-    wait_for_plot(page, "#pies", "g.slice path.surface")
+    wait_for_plot(page, "#pies", PIE_SLICES)
     labels = page.locator("#pies .legend .mid-ellipsis").evaluate_all(TAILS)
     convolutions = [label for label in labels if "cudnn_convolution" in label["text"]]
     assert len({c["text"] for c in convolutions}) >= 3

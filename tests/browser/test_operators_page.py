@@ -36,7 +36,7 @@ def test_operators_draws_pies_and_table(page, server, run, device):
     pies = (DEVICE_PIES if device else []) + HOST_PIES
     for key in pies:
         assert wait_for_plot(page, f"#pie-{key}", PIE_SLICES) >= 1, key
-    assert page.locator(".pie.js-plotly-plot").count() == len(pies)  # device pies hidden on a CPU-only trace
+    assert page.locator(".pie.chart-drawn").count() == len(pies)  # device pies hidden on a CPU-only trace
     assert sorted_column(page) == ("device_self_us" if device else "host_self_us", "descending")
     # µs with thousands separators, right-aligned
     first = table.locator("tbody tr[data-key]").first

@@ -39,7 +39,7 @@ def test_overview_draws_cards_and_charts(page, server, run, gpus, steps):
 def test_overview_legend_keeps_category_order(page, server):
     page.goto(f"{server.url}/overview?run=resnet50_num_workers_0")
     wait_for_plot(page, "#step-chart", BARS)
-    legend = [t.text_content() for t in page.locator("#step-chart g.legend g.traces text.legendtext").all()]
+    legend = [t.text_content() for t in page.locator("#step-chart .chart-legend .legend-label").all()]
     assert legend == [c for c in CATEGORIES if c in legend]
     assert legend[0] == "Kernel" and "DataLoader" in legend
 

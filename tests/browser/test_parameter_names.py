@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .support import Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
+from .support import POLYGONS, Server, corpus_path, get_json, parsed_server, query_of, screenshot, wait_for_plot
 
 pytestmark = pytest.mark.browser
 
@@ -62,7 +62,7 @@ def test_an_old_snapshot_link_opens_the_same_window_under_its_axis_names(page, n
     low, high = whole["x_range"]
     start, end = int(low + (high - low) * 0.25), int(low + (high - low) * 0.75)
     page.goto(f"{names_server.url}/memory?run=snaps&snapshot=memory_snapshot&start={start}&end={end}")
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
     page.wait_for_function("() => new URLSearchParams(location.search).has('start_us')")
     params = query_of(page.url)
     assert (float(params["start_us"]), float(params["end_us"])) == (start, end)
@@ -72,7 +72,7 @@ def test_an_old_snapshot_link_opens_the_same_window_under_its_axis_names(page, n
     screenshot(page, "names-snapshot-old-link")
 
     page.reload()  # the rewritten link opens the same window
-    wait_for_plot(page, "#snapshot-timeline", "g.scatterlayer path.js-fill")
+    wait_for_plot(page, "#snapshot-timeline", POLYGONS)
     again = page.evaluate("() => fetch(document.getElementById('json-link').href).then((r) => r.json())")
     assert again["window"] == [start, end] and query_of(page.url) == params
 

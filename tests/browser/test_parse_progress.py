@@ -62,7 +62,7 @@ def test_fresh_cache_shows_progress_or_ends_loaded(page, tmp_path):
             if page.get_by_test_id("parse-progress").count():
                 saw_progress = True
                 screenshot(page, "progress-fresh-cache")
-            if page.locator("#pie-host_self_us .main-svg").count():
+            if page.locator("#pie-host_self_us svg.chart-svg").count():
                 break
             page.wait_for_timeout(100)
         assert wait_for_plot(page, "#pie-host_self_us", PIE_SLICES) >= 1

@@ -28,7 +28,7 @@ def test_runs_lists_every_run_with_links(page, server):
     hta.get_by_test_id("span-link").nth(1).click()
     page.wait_for_url("**/overview?**")
     assert "worker=sampled_rank-1" in page.url
-    page.locator("#step-chart .main-svg").first.wait_for()
+    page.locator("#step-chart svg.chart-svg").first.wait_for()
 
 
 def test_runs_show_file_errors_and_failed_runs(page, server):

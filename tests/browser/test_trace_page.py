@@ -251,7 +251,7 @@ def test_overview_step_link_opens_the_step_window(page, server) -> None:
     page.goto(f"{server.url}/overview?{RESNET}")
     wait_for_plot(page, "#step-chart", BARS)
     bar = page.locator(f"#step-chart {BARS}").nth(2).bounding_box()  # the first category's bar of the third step
-    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)  # plotly's drag layer is on top
+    page.mouse.move(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
     page.mouse.click(bar["x"] + bar["width"] / 2, bar["y"] + bar["height"] / 2)
     page.wait_for_url("**/trace?**")
     shown = wait_drawn(page)

@@ -224,7 +224,7 @@ def test_static_files_stay_in_their_folder(server: str) -> None:
         "/../../etc/passwd",
         "/%2e%2e/%2e%2e/etc/passwd",
         "/overview/..%2f..%2fetc%2fpasswd",
-        "/static/vendor/plotly.min.js/..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/static/css/profscope.css/..%2f..%2f..%2f..%2fetc%2fpasswd",
     ]
     for target in targets:
         status, body = raw_get(server, target)

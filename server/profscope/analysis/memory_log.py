@@ -78,7 +78,7 @@ def log_curve(
 
 
 def layer_tree(log: MemoryLog, category: str) -> dict[str, Any]:
-    """Plotly sunburst columns (``ids``, ``labels``, ``parents``, ``values`` in bytes) of one category.
+    """Sunburst columns (``ids``, ``labels``, ``parents``, ``values`` in bytes) of one category.
 
     The tree comes from the module paths; values are summed from each node's own bytes (the log's
     per-node totals are rounded to 0.01 MB, so their sums would not always add up).

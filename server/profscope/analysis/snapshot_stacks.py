@@ -147,7 +147,7 @@ def top_allocations(tables: SnapshotTables, device: int, moment: str = "peak", l
 def stack_tree(tables: SnapshotTables, device: int, moment: str = "peak") -> dict[str, Any]:
     """Bytes live at the moment, grouped by call stack from the outermost Python frame inwards.
 
-    Plotly sunburst columns (``ids``, ``labels``, ``parents``, ``values``); values are bytes and
+    Sunburst columns (``ids``, ``labels``, ``parents``, ``values``); values are bytes and
     each node's value is the sum of its children's plus what was allocated exactly there.
     """
     rows, at = live_allocations(tables, device, moment)

@@ -471,7 +471,7 @@ def memory_log_layers(
         "params", description="params, grads, optimizer (its parameter copies and state) or activations"
     ),
 ) -> Response:
-    """Plotly sunburst columns (`ids`, `labels`, `parents`, `values` in bytes) of the category's last logged layout,
+    """Sunburst columns (`ids`, `labels`, `parents`, `values` in bytes) of the category's last logged layout,
     by module path; each value is the node's own bytes plus its subtree's."""
 
     def shape(log: MemoryLog) -> dict:

@@ -55,7 +55,7 @@ function emWidth(text) {
   return measuring.measureText(text).width / 100;
 }
 
-/** The same cut for places that hold plain text only (<option>, plotly labels): at most `maxChars`. */
+/** The same cut for places that hold plain text only (<option>, chart labels): at most `maxChars`. */
 export function shortenMiddle(text, maxChars) {
   const value = String(text ?? "");
   if (value.length <= maxChars) return value;

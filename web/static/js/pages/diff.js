@@ -4,7 +4,7 @@
 // base_run / base_worker / base_span, group_by, kernel_group_by, tree_path repeated per level).
 
 import { isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PLOT_CONFIG, purgeCharts } from "../charts.js";
+import { drawBars } from "../chart/bars.js";
 import { byId, clear, debounce, el } from "../dom.js";
 import { DASH, fmtInt, fmtPct, fmtUs } from "../format.js";
 import { initSelector, setJsonLink } from "../selector.js";
@@ -132,27 +132,34 @@ function panel(title, sub, ...children) {
   return el("section", { class: "panel" }, el("h2", {}, title, sub ? el("span", { class: "sub", text: sub }) : null), ...children);
 }
 
+/** The baseline step, each category's change stacked on where the last one ended, the target step. */
 function renderWaterfall(container, steps) {
   const labels = ["Baseline step", ...CATEGORIES.map(([, label]) => label), "Target step"];
   const values = [steps.base.total_us, ...CATEGORIES.map(([key]) => steps.delta[key]), steps.target.total_us];
-  const trace = {
-    type: "waterfall",
-    x: labels,
-    y: values,
-    measure: ["absolute", ...CATEGORIES.map(() => "relative"), "total"],
-    text: values.map((v, i) => (i === 0 || i === values.length - 1 ? fmtUs(v) : signed(v))),
-    textposition: "outside",
-    hovertemplate: "%{x}: %{text} \u00b5s<extra></extra>",
-    increasing: { marker: { color: "#e15759" } },
-    decreasing: { marker: { color: "#59a14f" } },
-    totals: { marker: { color: "#4e79a7" } },
-    connector: { line: { color: "#bab0ac" } },
-  };
-  const layout = {
-    font: FONT, margin: { l: 60, r: 10, t: 24, b: 40 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-    yaxis: { title: { text: "Average step (\u00b5s)" }, rangemode: "tozero" }, showlegend: false,
-  };
-  drawChart(container, (Plotly) => Plotly.newPlot(container, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false }));
+  const last = values.length - 1;
+  const bases = [];
+  let level = 0;
+  values.forEach((value, i) => {
+    bases.push(i === 0 || i === last ? 0 : level);
+    level = i === 0 ? value : level + value;
+  });
+  const texts = values.map((v, i) => (i === 0 || i === last ? fmtUs(v) : signed(v)));
+  drawBars(container, {
+    categories: labels,
+    series: [{
+      name: "Average step",
+      colors: values.map((v, i) => (i === 0 || i === last ? "#4e79a7" : v >= 0 ? "#e15759" : "#59a14f")),
+      values,
+      bases,
+      text: (i) => texts[i],
+      hover: (i) => [`${labels[i]}: ${texts[i]} \u00b5s`],
+    }],
+    mode: "overlay",
+    valueTitle: "Average step (\u00b5s)",
+    legend: false,
+    connect: true,
+    label: "Average step, baseline to target, by category",
+  });
 }
 
 function stepTable(steps) {
@@ -333,7 +340,6 @@ function renderRanks(distributed) {
 
 function render() {
   const root = byId("diff");
-  purgeCharts(root);
   const notes = [body.normalisation_note, body.device_columns?.note].filter(Boolean);
   byId("diff-note").textContent = notes.join(" ");
   if (body.same_trace) {

@@ -2,7 +2,7 @@
 // per-rank analyses), stragglers, collectives and process groups. State: run / span / step / table sorts.
 
 import { isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PLOT_CONFIG, plotText } from "../charts.js";
+import { drawBars } from "../chart/bars.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs, timeUnit } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -70,31 +70,19 @@ function stackedBars(target, ranks, series, { valueOf, unitLabel = null, percent
   const values = series.map((s) => ranks.map((r) => valueOf(r, s.key)));
   const maxTotal = Math.max(0, ...ranks.map((_, i) => values.reduce((sum, v) => sum + (v[i] || 0), 0)));
   const unit = percent ? { divisor: 1, label: "%" } : timeUnit(maxTotal);
-  const x = ranks.map(rankLabel);
-  const traces = series.map((s, i) => ({
-    type: "bar",
-    name: s.label,
-    x,
-    y: values[i].map((v) => (v == null ? null : v / unit.divisor)),
-    customdata: ranks.map((r, j) => [plotText(r.worker), percent ? fmtPctSign(values[i][j]) : `${fmtUs(values[i][j])} \u00b5s`]),
-    marker: { color: s.color },
-    hovertemplate: `${plotText(s.label)}: %{customdata[1]}<extra>%{x} \u00b7 %{customdata[0]}</extra>`,
-  }));
-  const layout = {
-    barmode: "stack",
-    font: FONT,
-    margin: { l: 56, r: 8, t: 8, b: 40 },
-    paper_bgcolor: "rgba(0,0,0,0)",
-    plot_bgcolor: "rgba(0,0,0,0)",
-    xaxis: { type: "category", tickfont: { size: 11 } },
-    yaxis: { title: { text: unitLabel || (percent ? "%" : `Time (${unit.label})`) }, gridcolor: "#eceef1", rangemode: "tozero" },
-    legend: { orientation: "h", traceorder: "normal", y: 1.0, yanchor: "bottom", x: 0, font: { size: 11 } },
-    hovermode: "closest",
-    bargap: ranks.length < 4 ? 0.5 : 0.2,
-  };
-  drawChart(target, (Plotly) => {
-    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
-    if (onClick) target.on("plotly_click", (event) => onClick(ranks[event.points?.[0]?.pointIndex]));
+  drawBars(target, {
+    categories: ranks.map(rankLabel),
+    series: series.map((s, i) => ({
+      name: s.label,
+      color: s.color,
+      values: values[i].map((v) => (v == null ? null : v / unit.divisor)),
+      hover: (j) => [`${s.label}: ${percent ? fmtPctSign(values[i][j]) : `${fmtUs(values[i][j])} \u00b5s`}`],
+      note: (j) => `${rankLabel(ranks[j])} \u00b7 ${ranks[j].worker}`,
+    })),
+    valueTitle: unitLabel || (percent ? "%" : `Time (${unit.label})`),
+    gap: ranks.length < 4 ? 0.5 : 0.2,
+    onClick: onClick ? (j) => onClick(ranks[j]) : null,
+    label: series.map((s) => s.label).join(", "),
   });
 }
 
@@ -285,37 +273,24 @@ function topologyPanel(data) {
 function stragglerChart(target, data) {
   const rows = data.stragglers;
   const ranks = rows.map((s) => data.ranks.find((r) => r.worker === s.worker));
-  const traces = [
-    {
-      type: "bar",
+  drawBars(target, {
+    categories: ranks.map(rankLabel),
+    series: [{
       name: "Arrived last (calls)",
-      x: ranks.map(rankLabel),
-      y: rows.map((s) => s.last_count),
-      customdata: rows.map((s) => [plotText(s.worker), fmtDuration(s.lost_us), fmtPctSign(s.last_pct)]),
-      marker: { color: rows.map((s) => (s.slowest ? SLOW_COLOR : RANK_COLOR)) },
-      text: rows.map((s) => (s.lost_us > 0 ? `${fmtDuration(s.lost_us)} waited` : "")),
-      textposition: "outside",
-      cliponaxis: false,
-      hovertemplate: "%{y} calls (%{customdata[2]}) \u00b7 others waited %{customdata[1]}<extra>%{x} \u00b7 %{customdata[0]}</extra>",
+      colors: rows.map((s) => (s.slowest ? SLOW_COLOR : RANK_COLOR)),
+      values: rows.map((s) => s.last_count),
+      text: (i) => (rows[i].lost_us > 0 ? `${fmtDuration(rows[i].lost_us)} waited` : ""),
+      hover: (i) => [`${rows[i].last_count} calls (${fmtPctSign(rows[i].last_pct)}) \u00b7 others waited ${fmtDuration(rows[i].lost_us)}`],
+      note: (i) => `${rankLabel(ranks[i])} \u00b7 ${rows[i].worker}`,
+    }],
+    valueTitle: "Times last to arrive",
+    ticks: { integer: true },
+    legend: false,
+    gap: rows.length < 4 ? 0.5 : 0.2,
+    onClick: (i) => {
+      if (rows[i]?.worst?.trace_url) location.assign(rows[i].worst.trace_url);
     },
-  ];
-  const layout = {
-    font: FONT,
-    margin: { l: 56, r: 8, t: 20, b: 40 },
-    paper_bgcolor: "rgba(0,0,0,0)",
-    plot_bgcolor: "rgba(0,0,0,0)",
-    xaxis: { type: "category" },
-    yaxis: { title: { text: "Times last to arrive" }, gridcolor: "#eceef1", rangemode: "tozero", tickformat: ",d",
-      dtick: Math.max(0, ...rows.map((s) => s.last_count)) <= 10 ? 1 : null },
-    showlegend: false,
-    bargap: rows.length < 4 ? 0.5 : 0.2,
-  };
-  drawChart(target, (Plotly) => {
-    Plotly.newPlot(target, traces, layout, PLOT_CONFIG);
-    target.on("plotly_click", (event) => {
-      const row = rows[event.points?.[0]?.pointIndex];
-      if (row?.worst?.trace_url) location.assign(row.worst.trace_url);
-    });
+    label: "Times each rank arrived last at a collective",
   });
 }
 

@@ -4,10 +4,14 @@
 // State in the URL: run, worker, span | snapshot | log, device, start/end (window), moment, category, sorts.
 
 import { getJSON, isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PALETTE, PLOT_CONFIG, plotText, SMALL_PLOT_CONFIG, timeAxis } from "../charts.js";
+import { drawBars } from "../chart/bars.js";
+import { PALETTE } from "../chart/palette.js";
+import { drawPartition } from "../chart/partition.js";
+import { drawXY, numberAxis } from "../chart/xy.js";
+import { timeAxis } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { middleEllipsis } from "../ellipsis.js";
-import { DASH, fmtBytes, fmtDuration, fmtInt, fmtPctSign, fmtUs } from "../format.js";
+import { DASH, decimalFormat, fmtBytes, fmtDuration, fmtFixed2, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { setJsonLink, showStorageBanner, showViewError, unknownRunBox, updateNavLinks } from "../selector.js";
 import { emptyState, errorBox, loading } from "../status.js";
 import { renderTable, sortRows } from "../table.js";
@@ -22,11 +26,8 @@ const root = byId("memory");
 let controller = null;
 
 const MIB = 1024 * 1024;
-// Sector labels that would be drawn below 9 px are hidden rather than unreadable (the hover has every
-// name); each sector's text turns the way that fits it best ("auto" orientation).
-const SUNBURST_LAYOUT = {
-  font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)", uniformtext: { minsize: 9, mode: "hide" },
-};
+const fixed1 = decimalFormat(1, 1);
+const SUNBURST_DEPTH = 4; // the root and three rings at a time; a click on a sector zooms into it
 const STATE_COLORS = { active_allocated: "#4e79a7", active_pending_free: "#e15759", inactive: "#d5d9df" };
 
 function numberOrNull(value) {
@@ -284,36 +285,30 @@ class ProfilerMemory {
     const sinceStart = this.data.curve_kind === "bytes_running_sum";
     let peakIndex = 0;
     for (let i = 1; i < allocated.length; i += 1) if (allocated[i] > allocated[peakIndex]) peakIndex = i;
-    const at = "%{x:,.1f} \u00b5s";
-    const traces = [
-      { type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[0], width: 1.5 },
-        name: sinceStart ? "Allocated since the trace started" : "Allocated", x, y: allocated,
-        hovertemplate: `${at}<br>allocated %{y:,.2f} MiB<extra></extra>` },
+    const at = (i) => `${fixed1.format(x[i])} \u00b5s`;
+    const series = [
+      { type: "line", shape: "hv", color: PALETTE[0], name: sinceStart ? "Allocated since the trace started" : "Allocated", x, y: allocated,
+        hover: (i) => [at(i), `allocated ${fmtFixed2(allocated[i])} MiB`] },
     ];
     if (withReserved) {
-      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: PALETTE[1], width: 1.5 }, name: "Reserved", x,
-        y: points.map((p) => p[2] / MIB), hovertemplate: `${at}<br>reserved %{y:,.2f} MiB<extra></extra>` });
+      const reserved = points.map((p) => p[2] / MIB);
+      series.push({ type: "line", shape: "hv", color: PALETTE[1], name: "Reserved", x, y: reserved,
+        hover: (i) => [at(i), `reserved ${fmtFixed2(reserved[i])} MiB`] });
     }
     const annotations = [];
     if (points.length) {
-      traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "Peak",
-        x: [x[peakIndex]], y: [allocated[peakIndex]], hovertemplate: `peak %{y:,.2f} MiB at ${at}<extra></extra>` });
+      series.push({ type: "markers", symbol: "diamond", size: 10, color: "#e15759", name: "Peak", x: [x[peakIndex]], y: [allocated[peakIndex]],
+        hover: () => [`peak ${fmtFixed2(allocated[peakIndex])} MiB at ${at(peakIndex)}`] });
       const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
-      annotations.push({ x: x[peakIndex], y: allocated[peakIndex], text: `${what} ${plotText(fmtBytes(points[peakIndex][1]))}`,
-        showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
+      annotations.push({ x: x[peakIndex], y: allocated[peakIndex], text: `${what} ${fmtBytes(points[peakIndex][1])}`, color: "#b3261e" });
     }
-    const layout = {
-      font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "closest",
-      xaxis: timeAxis(this.data.window_us, "time since the trace starts"),
-      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
-      legend: { orientation: "h", y: 1.08 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
-    };
-    drawChart(chart, (Plotly) => {
-      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
-      chart.on("plotly_relayout", (change) => {
-        if (change["xaxis.autorange"]) this.setWindow(null, null);
-        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
-      });
+    drawXY(chart, {
+      series,
+      x: { range: this.data.window_us, axis: timeAxis("time since the trace starts") },
+      y: { title: "MiB" },
+      annotations,
+      onZoom: (range) => (range ? this.setWindow(range[0], range[1]) : this.setWindow(null, null)),
+      label: "Memory curve",
     });
   }
 
@@ -480,7 +475,7 @@ class SnapshotMemory {
       return;
     }
     // The whole window is asked at the server's default size (computed when the snapshot was read, so
-    // the first draw is a cached read; plotly stretches it to the plot); a zoomed window at the plot's own.
+    // the first draw is a cached read; the chart stretches it to the plot); a zoomed window at the plot's own.
     const whole = this.window.start === null && this.window.end === null;
     const size = whole ? {} : { width_px: Math.max(300, Math.round(this.timelineEl.clientWidth || 1100)), height_px: height - 60 };
     const [startName, endName] = this.windowNames;
@@ -513,46 +508,40 @@ class SnapshotMemory {
       group.x.push(...outline.x, null);
       group.y.push(...outline.y.map((v) => v / MIB), null);
     });
-    const traces = groups
-      .filter((g) => g.x.length)
-      .map((g) => ({ type: "scatter", mode: "lines", fill: "toself", fillcolor: g.color, line: { width: 0.5, color: g.color }, hoverinfo: "skip", showlegend: false, x: g.x, y: g.y }));
     const small = stepOutline(data.summarized.x, data.summarized.y, data.window[1]);
-    traces.unshift({ type: "scatter", mode: "lines", fill: "tozeroy", fillcolor: "#c9ced6", line: { width: 0, shape: "hv" }, hoverinfo: "skip", name: "small allocations", showlegend: false, x: small.x, y: small.y.map((v) => v / MIB) });
+    const series = [
+      { type: "area", shape: "hv", color: "#c9ced6", opacity: 1, name: "small allocations", legend: false, x: small.x, y: small.y.map((v) => v / MIB) },
+      ...groups.filter((g) => g.x.length).map((g) => ({ type: "polygons", color: g.color, x: g.x, y: g.y })),
+    ];
     if (data.reserved.x.length) {
-      traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", dash: "dot", color: "#6b7480", width: 1 }, name: "reserved", hoverinfo: "skip", x: data.reserved.x, y: data.reserved.max.map((v) => v / MIB) });
+      series.push({ type: "line", shape: "hv", dash: true, color: "#6b7480", width: 1, name: "reserved", legend: false, x: data.reserved.x,
+        y: data.reserved.max.map((v) => v / MIB) });
     }
-    const layout = {
-      font: FONT, height, margin: { l: 64, r: 12, t: 8, b: 40 }, dragmode: "zoom", hovermode: false, showlegend: false,
-      xaxis: data.axis === "time_us"
-        ? { range: data.window, ...timeAxis(data.window, "time") }
-        : { range: data.window, title: { text: "trace entry" }, zeroline: false },
-      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" }, paper_bgcolor: "rgba(0,0,0,0)",
-      ...this.oomMarker(data),
-    };
     const chart = this.timelineEl;
-    drawChart(chart, (Plotly) => {
-      Plotly.react(chart, traces, layout, { ...PLOT_CONFIG, doubleClick: "reset" });
-      if (!chart.dataset.bound) {
-        chart.dataset.bound = "1";
-        chart.on("plotly_relayout", (change) => {
-          if (change["xaxis.autorange"] || change["xaxis.range"] === undefined && change["xaxis.range[0]"] === undefined) {
-            if (!change["xaxis.autorange"]) return;
-            this.window = { start: null, end: null };
-          } else {
-            const range = change["xaxis.range"] || [change["xaxis.range[0]"], change["xaxis.range[1]"]];
-            this.window = { start: range[0], end: range[1] };
-          }
-          updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames), USER_ACTION);
-          this.loadTimeline();
-        });
-        chart.addEventListener("mousemove", (event) => this.hover(event));
-        chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
-        chart.addEventListener("click", (event) => {
-          const band = this.bandAt(event);
-          if (band) this.pin(band.id);
-        });
-      }
+    chart.style.height = `${height}px`;
+    this.timelineFrame = drawXY(chart, {
+      series,
+      x: { range: data.window, axis: data.axis === "time_us" ? timeAxis("time") : numberAxis("trace entry") },
+      y: { title: "MiB" },
+      hover: "none",
+      legend: false,
+      vlines: this.oomMarker(data),
+      onZoom: (range) => {
+        this.window = range ? { start: range[0], end: range[1] } : { start: null, end: null };
+        updateUrl(this.windowUrl(this.window.start, this.window.end, this.windowNames), USER_ACTION);
+        this.loadTimeline();
+      },
+      onClick: (_at, event) => {
+        const band = this.bandAt(event);
+        if (band) this.pin(band.id);
+      },
+      label: "Active memory timeline",
     });
+    if (!chart.dataset.bound) {
+      chart.dataset.bound = "1";
+      chart.addEventListener("mousemove", (event) => this.hover(event));
+      chart.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
+    }
   }
 
   /** URL parameters of a window on the timeline: ``names`` set (entries as whole indexes), the others removed. */
@@ -566,25 +555,16 @@ class SnapshotMemory {
   /** A red line where this device first ran out of memory (timelines with times only). */
   oomMarker(data) {
     const at = this.summary.devices.find((d) => d.device === this.device)?.first_oom_at_us;
-    if (data.axis !== "time_us" || at === null || at === undefined) return {};
-    return {
-      shapes: [{ type: "line", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line: { color: "#b3261e", width: 2, dash: "dot" } }],
-      annotations: [{ xref: "x", yref: "paper", x: at, y: 1, text: "OOM", showarrow: false, xanchor: "right", yanchor: "top", font: { size: 11, color: "#b3261e" } }],
-    };
+    if (data.axis !== "time_us" || at === null || at === undefined) return [];
+    return [{ x: at, text: "OOM", color: "#b3261e" }];
   }
 
   bandAt(event) {
-    const chart = this.timelineEl;
-    const layout = chart._fullLayout;
-    if (!layout || !this.timeline) return null;
-    const box = chart.getBoundingClientRect();
-    const px = event.clientX - box.left - layout._size.l;
-    const py = event.clientY - box.top - layout._size.t;
-    if (px < 0 || py < 0 || px > layout._size.w || py > layout._size.h) return null;
-    const x = layout.xaxis.p2d(px);
-    const y = layout.yaxis.p2d(py) * MIB;
+    const at = this.timelineFrame?.toData(event);
+    if (!at || !this.timeline) return null;
+    const y = at.y * MIB;
     for (const band of this.timeline.bands) {
-      const bottom = bandBottomAt(band, x);
+      const bottom = bandBottomAt(band, at.x);
       if (bottom !== null && y >= bottom && y < bottom + band.size) return band;
     }
     return null;
@@ -671,14 +651,15 @@ class SnapshotMemory {
     this.sunburstNote.textContent = tree.common_frames.length
       ? `Every stack starts with ${tree.common_frames.length} shared frame(s), not drawn: ${tree.common_frames.slice(-2).join(" \u2192 ")}`
       : "";
-    const trace = {
-      type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
+    drawPartition(this.sunburstEl, {
+      kind: "sunburst",
       // sectors show the function alone ("forward (model.py:40)" is too long to stay legible); hover has it all
-      text: tree.labels.map((l) => plotText(l.split(" (")[0])), texttemplate: "%{text}",
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
-      hovertemplate: "%{label}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%} of live<extra></extra>",
-    };
-    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
+      nodes: { ids: tree.ids, labels: tree.labels, parents: tree.parents, values: tree.values, text: tree.labels.map((l) => l.split(" (")[0]) },
+      branchvalues: "total",
+      maxdepth: SUNBURST_DEPTH,
+      hover: (i, node) => [tree.labels[i], `${fmtInt(node.total)} bytes \u00b7 ${fmtPctSign(100 * node.percentRoot)} of live`],
+      label: "Live bytes by call stack",
+    });
   }
 
   // -- allocator state --
@@ -839,37 +820,34 @@ class MemoryLogView {
     const data = this.data;
     const x = data.curve.map((p) => p[0]);
     const total = data.curve.map((p) => p[1] / MIB);
-    // a step per logged point (the state holds until the next one); markers show each point, the last included
-    const traces = data.categories.map((c) => ({
-      type: "scatter", mode: "lines+markers", stackgroup: "categories", marker: { size: 4 },
-      line: { shape: "hv", width: 0.5, color: CATEGORY_COLORS[c.category] },
-      name: c.label, x, y: data.category_curve[c.category].map((v) => v / MIB),
-      hovertemplate: `${c.label} %{y:,.2f} MiB<extra></extra>`,
-    }));
-    traces.push({ type: "scatter", mode: "lines", line: { shape: "hv", color: "#1f2328", width: 1.5, dash: "dot" }, name: "total", x, y: total,
-      hovertemplate: "%{x:,.0f} \u00b5s<br>total %{y:,.2f} MiB<extra></extra>" });
+    // a step per logged point (the state holds until the next one), stacked; markers show each point, the last included
+    const base = x.map(() => 0);
+    const series = data.categories.map((c) => {
+      const below = base.slice();
+      const values = data.category_curve[c.category].map((v) => v / MIB);
+      values.forEach((v, i) => { base[i] += v; });
+      return { type: "area", shape: "hv", width: 0.5, markers: 4, color: CATEGORY_COLORS[c.category], name: c.label, x, y: base.slice(), base: below,
+        hover: (i) => [`${c.label} ${fmtFixed2(values[i])} MiB`] };
+    });
+    series.push({ type: "line", shape: "hv", color: "#1f2328", width: 1.5, dash: true, name: "total", x, y: total,
+      hover: (i) => [`total ${fmtFixed2(total[i])} MiB`] });
     let peakIndex = 0;
     for (let i = 1; i < total.length; i += 1) if (total[i] > total[peakIndex]) peakIndex = i;
     const annotations = [];
     if (x.length) {
-      traces.push({ type: "scatter", mode: "markers", marker: { color: "#e15759", size: 9, symbol: "diamond" }, name: "peak", showlegend: false,
-        x: [x[peakIndex]], y: [total[peakIndex]], hovertemplate: "peak %{y:,.2f} MiB at %{x:,.0f} \u00b5s<extra></extra>" });
+      series.push({ type: "markers", symbol: "diamond", size: 10, color: "#e15759", name: "peak", legend: false, x: [x[peakIndex]], y: [total[peakIndex]] });
       const what = this.window.start !== null || this.window.end !== null ? "highest in range" : "peak";
-      annotations.push({ x: x[peakIndex], y: total[peakIndex], text: `${what} ${plotText(fmtBytes(data.curve[peakIndex][1]))}`,
-        showarrow: true, arrowhead: 0, ax: 0, ay: -24, font: { size: 11, color: "#b3261e" } });
+      annotations.push({ x: x[peakIndex], y: total[peakIndex], text: `${what} ${fmtBytes(data.curve[peakIndex][1])}`, color: "#b3261e" });
     }
-    const layout = {
-      font: FONT, margin: { l: 64, r: 16, t: 10, b: 40 }, dragmode: "zoom", hovermode: "x unified",
-      xaxis: timeAxis(data.window_us, "time since the profiler started"),
-      yaxis: { title: { text: "MiB" }, fixedrange: true, rangemode: "tozero" },
-      legend: { orientation: "h", y: 1.1 }, annotations, paper_bgcolor: "rgba(0,0,0,0)",
-    };
-    drawChart(chart, (Plotly) => {
-      Plotly.newPlot(chart, traces, layout, PLOT_CONFIG);
-      chart.on("plotly_relayout", (change) => {
-        if (change["xaxis.autorange"]) this.setWindow(null, null);
-        else if (change["xaxis.range[0]"] !== undefined) this.setWindow(change["xaxis.range[0]"], change["xaxis.range[1]"]);
-      });
+    drawXY(chart, {
+      series: [...series.slice(-2), ...series.slice(0, -2)].reverse(), // the stack's top drawn last, total and peak over it
+      x: { range: data.window_us, axis: timeAxis("time since the profiler started") },
+      y: { title: "MiB" },
+      hover: "x",
+      xLabel: (value) => `${fmtInt(value)} \u00b5s`,
+      annotations,
+      onZoom: (range) => (range ? this.setWindow(range[0], range[1]) : this.setWindow(null, null)),
+      label: "Memory curve by category",
     });
   }
 
@@ -892,13 +870,14 @@ class MemoryLogView {
       return;
     }
     this.sunburstNote.textContent = `${tree.label}: ${fmtBytes(tree.total_bytes)} as logged at ${fmtUs(tree.time_us)} \u00b5s (layouts ${tree.layouts.join(", ")}); from the model (centre) to its tensors`;
-    const trace = {
-      type: "sunburst", ids: tree.ids, labels: tree.labels.map((l) => plotText(l)), parents: tree.parents, values: tree.values,
-      customdata: tree.ids.map((id) => plotText(id)), // %{id} would be drawn as plotly's HTML subset
-      branchvalues: "total", maxdepth: 4, insidetextorientation: "auto",
-      hovertemplate: "%{customdata}<br>%{value:,.0f} bytes \u00b7 %{percentRoot:.1%}<extra></extra>",
-    };
-    drawChart(this.sunburstEl, (Plotly) => Plotly.react(this.sunburstEl, [trace], SUNBURST_LAYOUT, SMALL_PLOT_CONFIG));
+    drawPartition(this.sunburstEl, {
+      kind: "sunburst",
+      nodes: { ids: tree.ids, labels: tree.labels, parents: tree.parents, values: tree.values },
+      branchvalues: "total",
+      maxdepth: SUNBURST_DEPTH,
+      hover: (i, node) => [String(tree.ids[i]), `${fmtInt(node.total)} bytes \u00b7 ${fmtPctSign(100 * node.percentRoot)}`],
+      label: `${tree.label} by layer`,
+    });
   }
 }
 
@@ -976,29 +955,29 @@ function drawSegments(chart, state) {
     return;
   }
   const byState = {};
-  for (const segment of shown) {
-    const label = `${segment.address} (${fmtBytes(segment.total_size)})`;
+  shown.forEach((segment, row) => {
     segment.blocks.state.forEach((blockState, i) => {
-      const group = (byState[blockState] ||= { x: [], base: [], y: [], text: [] });
-      group.x.push(segment.blocks.size[i] / MIB);
-      group.base.push(segment.blocks.offset[i] / MIB);
-      group.y.push(label);
-      group.text.push(`${blockState} ${fmtBytes(segment.blocks.size[i])} (requested ${fmtBytes(segment.blocks.requested_size[i])})`);
+      const from = segment.blocks.offset[i] / MIB;
+      (byState[blockState] ||= []).push({ index: row, from, to: from + segment.blocks.size[i] / MIB,
+        hover: [`${blockState} ${fmtBytes(segment.blocks.size[i])} (requested ${fmtBytes(segment.blocks.requested_size[i])})`] });
     });
-  }
-  const traces = Object.entries(byState).map(([name, g]) => ({
-    type: "bar", orientation: "h", name: name.replace("active_allocated", "allocated").replace("active_pending_free", "pending free").replace("inactive", "cached (free)"),
-    x: g.x, base: g.base, y: g.y, text: g.text, textposition: "none", marker: { color: STATE_COLORS[name], line: { color: "#fff", width: 0.5 } },
-    hovertemplate: "%{text}<extra></extra>",
-  }));
+  });
   const height = Math.max(200, 22 * shown.length + 60);
   chart.style.height = `${height}px`; // one row per segment: the box grows with them (the CSS default is 340 px)
-  const layout = {
-    font: FONT, barmode: "overlay", height, margin: { l: 200, r: 12, t: 28, b: 36 },
-    xaxis: { title: { text: "MiB from the segment's start" } }, yaxis: { autorange: "reversed", type: "category" },
-    legend: { orientation: "h", y: 1, yanchor: "bottom" }, paper_bgcolor: "rgba(0,0,0,0)",
-  };
-  drawChart(chart, (Plotly) => Plotly.react(chart, traces, layout, SMALL_PLOT_CONFIG));
+  drawBars(chart, {
+    categories: shown.map((segment) => `${segment.address} (${fmtBytes(segment.total_size)})`),
+    series: Object.entries(byState).map(([name, bars]) => ({
+      name: name.replace("active_allocated", "allocated").replace("active_pending_free", "pending free").replace("inactive", "cached (free)"),
+      color: STATE_COLORS[name],
+      bars,
+    })),
+    mode: "overlay",
+    horizontal: true,
+    valueTitle: "MiB from the segment's start",
+    gap: 0.2,
+    outline: true,
+    label: "Segments and their blocks",
+  });
   if (state.segments_shown < state.segment_count || state.segments.length > shown.length) {
     chart.after(el("p", { class: "muted", text: `The ${shown.length} largest of ${fmtInt(state.segment_count)} segments are drawn.` }));
   }

@@ -3,7 +3,9 @@
 // Page state in the URL: expanded (module ids), module (the selected one), sort, metric, unit (Model Summary).
 
 import { isAbort, loadView } from "../api.js";
-import { drawChart, FONT, PLOT_CONFIG, PALETTE, plotText, renderStepBars } from "../charts.js";
+import { drawPartition } from "../chart/partition.js";
+import { PALETTE } from "../chart/palette.js";
+import { renderStepBars } from "../charts.js";
 import { byId, clear, el } from "../dom.js";
 import { DASH, fmtInt, fmtPctSign, fmtUs } from "../format.js";
 import { initSelector, setJsonLink, showViewError } from "../selector.js";
@@ -236,27 +238,22 @@ function renderIcicle() {
     clear(target, emptyState(`No ${chosen} time recorded in modules.`));
     return;
   }
-  const trace = {
-    type: "icicle",
-    ids: rows.map((r) => String(r.id)),
-    labels: rows.map((r) => plotText(r.name)),
-    parents: rows.map((r) => (r.parent >= 0 ? String(r.parent) : "")),
-    values: rows.map((r) => Math.max(r[selfKey], 0)),
+  drawPartition(target, {
+    kind: "icicle",
+    nodes: {
+      ids: rows.map((r) => String(r.id)),
+      labels: rows.map((r) => r.name),
+      parents: rows.map((r) => (r.parent >= 0 ? String(r.parent) : "")),
+      values: rows.map((r) => Math.max(r[selfKey], 0)),
+    },
     branchvalues: "remainder",
-    customdata: rows.map((r) => [fmtUs(r[totalKey]), plotText(r.type)]),
-    hovertemplate: "%{label} (%{customdata[1]})<br>%{customdata[0]} \u00b5s total<extra></extra>",
-    marker: { colors: rows.map((r) => PALETTE[Math.abs(hash(r.type)) % PALETTE.length]) },
-    tiling: { orientation: "v" },
-    root: { color: "#f3f5f7" },
-  };
-  const layout = { font: FONT, margin: { l: 4, r: 4, t: 4, b: 4 }, paper_bgcolor: "rgba(0,0,0,0)" };
-  drawChart(target, (Plotly) => {
-    Plotly.newPlot(target, [trace], layout, { ...PLOT_CONFIG, displayModeBar: false });
-    target.on("plotly_click", (event) => {
-      const id = Number(event.points?.[0]?.id);
-      if (Number.isFinite(id)) select(id, { scroll: true });
+    colors: rows.map((r) => PALETTE[Math.abs(hash(r.type)) % PALETTE.length]),
+    hover: (i) => [`${rows[i].name} (${rows[i].type})`, `${fmtUs(rows[i][totalKey])} \u00b5s total`],
+    onClick: (i) => {
+      select(rows[i].id, { scroll: true });
       return false; // select, do not zoom
-    });
+    },
+    label: `Modules by ${chosen} time`,
   });
 }
 
