@@ -110,3 +110,15 @@ def test_worker_selector_keeps_the_page(page, server):
     page.wait_for_url("**/operators?**worker=sampled_rank-1**")
     assert query_of(page.url)["search"] == "aten"
     page.get_by_test_id("operators-table").wait_for()
+
+
+def test_the_steps_picker_stays_inside_its_card(page, server):
+    """tinygpt_cpu's repeated ranges have long names (``enumerate(DataLoader)#_SingleProcessDataLoaderIter...``):
+    the picker that offers them shrinks to its card instead of running past its edge."""
+    page.goto(f"{server.url}/overview?run=tinygpt_cpu")
+    picker = page.get_by_test_id("step-range")
+    picker.wait_for()
+    assert any(len(text) > 40 for text in picker.locator("option").all_text_contents())
+    card = page.get_by_test_id("environment").bounding_box()
+    box = picker.bounding_box()
+    assert card["x"] <= box["x"] and box["x"] + box["width"] <= card["x"] + card["width"]
