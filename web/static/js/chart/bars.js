@@ -46,20 +46,11 @@ export function drawBars(container, {
   categories, series, mode = "stack", horizontal = false, valueTitle = "", categoryTitle = "", legend = series.length > 1,
   gap = 0.25, onClick = null, connect = false, ticks = {}, outline = false, label = "",
 }) {
-  const hidden = new Set();
-  let frame = null;
+  const hidden = new Set(); // the series hidden from the legend
   const legendNode = legend
-    ? chartLegend(series.map((s) => ({ label: s.name, color: s.color })), {
-        hidden,
-        onToggle: (index) => {
-          if (hidden.has(index)) hidden.delete(index);
-          else hidden.add(index);
-          legendNode.querySelectorAll("button")[index].setAttribute("aria-pressed", String(!hidden.has(index)));
-          frame.redraw();
-        },
-      })
+    ? chartLegend(series.map((s, index) => ({ label: s.name, color: s.color, key: index })), { hidden, onChange: () => frame.redraw() })
     : null;
-  frame = mountChart(container, (host, width, height) => {
+  const frame = mountChart(container, (host, width, height) => {
     const root = svgRoot(host, width, height, label);
     const spans = barSpans(series, categories.length, mode, hidden);
     const [low, high] = valueExtent(spans.flatMap((s) => [s.from, s.to]));
@@ -84,6 +75,11 @@ function bar(rect, span, s, frame, onClick, outline) {
   return node;
 }
 
+/** Every bar, each at rectOf(span) ({x, y, width, height}): the orientation is in rectOf alone. */
+function barGroup(o, rectOf) {
+  return svg("g", { class: "bars" }, o.spans.map((span) => bar(rectOf(span), span, o.series[span.series], o.frame, o.onClick, o.outline)));
+}
+
 function standingBars(root, o) {
   const margin = { l: o.tickWidth + 12 + (o.valueTitle ? 24 : 0), r: 8, t: o.withText ? 22 : 10, b: 24 + (o.categoryTitle ? 22 : 0) };
   const box = plotBox(o.width, o.height, margin);
@@ -92,13 +88,10 @@ function standingBars(root, o) {
   const barWidth = Math.max(1, band * (1 - o.gap));
   const xOf = (index) => box.left + index * band + (band - barWidth) / 2;
   root.append(leftAxis(box, y, o.valueTicks, o.valueTitle));
-  const bars = svg("g", { class: "bars" });
-  for (const span of o.spans) {
-    const s = o.series[span.series];
+  root.append(barGroup(o, (span) => {
     const top = y(Math.max(span.from, span.to));
-    bars.append(bar({ x: xOf(span.index), y: top, width: barWidth, height: Math.max(0, y(Math.min(span.from, span.to)) - top) }, span, s, o.frame, o.onClick, o.outline));
-  }
-  root.append(bars);
+    return { x: xOf(span.index), y: top, width: barWidth, height: Math.max(0, y(Math.min(span.from, span.to)) - top) };
+  }));
   if (o.connect) root.append(connectors(o.spans, (span) => [xOf(span.index), xOf(span.index) + barWidth], y));
   root.append(barTexts(o.spans, o.series, (span, up) => [xOf(span.index) + barWidth / 2, y(span.to) + (up ? -9 : 9), "middle"]));
   const labels = o.categories.map((text, index) => ({ text: String(text), x: box.left + index * band + band / 2 }));
@@ -120,13 +113,10 @@ function lyingBars(root, o) {
   const barHeight = Math.max(1, band * (1 - o.gap));
   const yOf = (index) => box.top + index * band + (band - barHeight) / 2;
   root.append(bottomAxis(box, x, o.valueTicks, o.valueTitle));
-  const bars = svg("g", { class: "bars" });
-  for (const span of o.spans) {
-    const s = o.series[span.series];
+  root.append(barGroup(o, (span) => {
     const left = x(Math.min(span.from, span.to));
-    bars.append(bar({ x: left, y: yOf(span.index), width: Math.max(0, x(Math.max(span.from, span.to)) - left), height: barHeight }, span, s, o.frame, o.onClick, o.outline));
-  }
-  root.append(bars);
+    return { x: left, y: yOf(span.index), width: Math.max(0, x(Math.max(span.from, span.to)) - left), height: barHeight };
+  }));
   root.append(barTexts(o.spans, o.series, (span, up) => [x(span.to) + (up ? 4 : -4), yOf(span.index) + barHeight / 2, up ? "start" : "end"]));
   const every = Math.max(1, Math.ceil((FONT_SIZE + 2) / band));
   root.append(svg("g", { class: "axis y-axis" }, o.categories.map((text, index) => (index % every

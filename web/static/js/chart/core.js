@@ -283,18 +283,26 @@ export function hideTooltip(tooltip) {
 }
 
 /**
- * An HTML legend: one item per entry ({label, color, dash?, marker?}); clicking one calls onToggle(index) and
- * the item shows whether its series is hidden (aria-pressed false). Returns the <ul>.
+ * An HTML legend: one item per entry ({label, color, line?, dash?, key}). With `hidden` (a Set of keys), each item
+ * is a button that hides or shows its series: it adds or removes its key, shows the state (aria-pressed false when
+ * hidden) and calls onChange(). Returns the <ul>.
  */
-export function chartLegend(entries, { onToggle = null, hidden = new Set() } = {}) {
-  return el("ul", { class: "chart-legend" }, entries.map((entry, index) => {
+export function chartLegend(entries, { hidden = null, onChange = () => {} } = {}) {
+  return el("ul", { class: "chart-legend" }, entries.map((entry) => {
     const swatch = el("span", { class: `swatch${entry.line ? " line" : ""}`, style: entry.line
       ? { borderTopColor: entry.color, borderTopStyle: entry.dash ? "dotted" : "solid" }
       : { background: entry.color } });
     const label = el("span", { class: "legend-label", text: entry.label });
-    if (!onToggle) return el("li", {}, swatch, label);
-    return el("li", {}, el("button", { type: "button", class: "legend-toggle", "aria-pressed": String(!hidden.has(index)),
-      title: "Show or hide this series", onclick: () => onToggle(index) }, swatch, label));
+    if (!hidden) return el("li", {}, swatch, label);
+    const button = el("button", { type: "button", class: "legend-toggle", "aria-pressed": String(!hidden.has(entry.key)),
+      title: "Show or hide this series" }, swatch, label);
+    button.addEventListener("click", () => {
+      if (hidden.has(entry.key)) hidden.delete(entry.key);
+      else hidden.add(entry.key);
+      button.setAttribute("aria-pressed", String(!hidden.has(entry.key)));
+      onChange();
+    });
+    return el("li", {}, button);
   }));
 }
 

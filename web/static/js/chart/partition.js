@@ -90,7 +90,6 @@ export function drawPartition(container, {
   const depthBelow = (node) => 1 + Math.max(0, ...tree.children[node].map(depthBelow));
   const levels = () => Math.min(maxdepth, zoom.top === null ? Math.max(0, ...tree.roots.map(depthBelow)) : depthBelow(zoom.top));
   const rootTotal = () => (zoom.top === null ? tree.roots.reduce((sum, r) => sum + tree.totals[r], 0) : tree.totals[zoom.top]);
-  let frame = null;
   const press = (node) => {
     if (onClick && onClick(node) === false) return;
     if (node === zoom.top) {
@@ -109,7 +108,7 @@ export function drawPartition(container, {
     shape.addEventListener("click", () => press(node));
     return shape;
   };
-  frame = mountChart(container, (host, width, height) => {
+  const frame = mountChart(container, (host, width, height) => {
     const root = svgRoot(host, width, height, label);
     const placed = layoutShares(tree, zoom.top, levels());
     if (kind === "sunburst") drawRings(root, placed, { width, height, levels: levels(), fills, text, bind, single: zoom.top !== null });

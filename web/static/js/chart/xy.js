@@ -76,22 +76,12 @@ export function drawXY(container, {
   series, x, y = {}, hover = "closest", xLabel = null, annotations = [], vlines = [], onZoom = null, onClick = null,
   legend = series.some((s) => s.name && s.legend !== false), label = "",
 }) {
-  const hidden = new Set();
+  const hidden = new Set(); // the series hidden from the legend
   const view = { range: null }; // the zoomed x range, until the page draws again
-  let frame = null;
-  const legendEntries = series.map((s, index) => ({ s, index })).filter(({ s }) => s.name && s.legend !== false);
-  const legendNode = legend
-    ? chartLegend(legendEntries.map(({ s }) => ({ label: s.name, color: s.color, line: s.type === "line", dash: Boolean(s.dash) })), {
-        onToggle: (position) => {
-          const index = legendEntries[position].index;
-          if (hidden.has(index)) hidden.delete(index);
-          else hidden.add(index);
-          legendNode.querySelectorAll("button")[position].setAttribute("aria-pressed", String(!hidden.has(index)));
-          frame.redraw();
-        },
-      })
-    : null;
-  frame = mountChart(container, (host, width, height) => {
+  const entries = series.map((s, index) => ({ label: s.name, color: s.color, line: s.type === "line", dash: Boolean(s.dash), key: index }))
+    .filter((_, index) => series[index].name && series[index].legend !== false);
+  const legendNode = legend ? chartLegend(entries, { hidden, onChange: () => frame.redraw() }) : null;
+  const frame = mountChart(container, (host, width, height) => {
     const root = svgRoot(host, width, height, label);
     const shown = series.filter((_, index) => !hidden.has(index));
     const [xLow, xHigh] = view.range || x.range;
