@@ -316,5 +316,7 @@ def test_a_click_on_a_sector_zooms_into_it_and_the_centre_goes_back(charts) -> N
     charts.mouse.click(220 + 147 * math.sin(math.radians(108)), 220 - 147 * math.cos(math.radians(108)))
     charts.wait_for_function(f"() => ({CENTRE})() === 'A'")
     assert charts.locator("g.node").count() == 3  # A and its two children
+    charts.mouse.move(222, 222)
+    assert charts.locator(".chart-tooltip .muted").text_content() == "click to go back up"
     charts.mouse.click(220, 220)  # the centre: one level up
     charts.wait_for_function(f"() => ({CENTRE})() === 'root'")

@@ -78,7 +78,7 @@ export function layoutShares(tree, top, levels) {
 /**
  * Draw an icicle or a sunburst into `container`. nodes: {ids, parents, values, labels, text?} (text: what a node
  * shows inside; its label by default); branchvalues "total" | "remainder"; maxdepth: rows or rings shown at once
- * (the root's included). hover(i, {total, percentRoot}) -> lines; onClick(i) -> false to stop the zoom.
+ * (the root's included). hover(i, {total, percentRoot}) -> lines; onClick(i): what a click does instead of zooming.
  */
 export function drawPartition(container, {
   kind, nodes, branchvalues = "total", maxdepth = Infinity, colors = null, hover = null, onClick = null, label = "",
@@ -91,7 +91,10 @@ export function drawPartition(container, {
   const levels = () => Math.min(maxdepth, zoom.top === null ? Math.max(0, ...tree.roots.map(depthBelow)) : depthBelow(zoom.top));
   const rootTotal = () => (zoom.top === null ? tree.roots.reduce((sum, r) => sum + tree.totals[r], 0) : tree.totals[zoom.top]);
   const press = (node) => {
-    if (onClick && onClick(node) === false) return;
+    if (onClick) {
+      onClick(node);
+      return;
+    }
     if (node === zoom.top) {
       if (tree.parentOf[node] >= 0) zoom.top = tree.parentOf[node];
       else return;
@@ -99,10 +102,15 @@ export function drawPartition(container, {
     else return;
     frame.redraw();
   };
+  const zoomNote = (node) => {
+    if (node === zoom.top) return tree.parentOf[node] >= 0 ? "click to go back up" : null;
+    return tree.children[node].length ? "click to zoom in" : null;
+  };
   const bind = (shape, node) => {
     shape.addEventListener("pointermove", (event) => {
       const total = tree.totals[node];
-      showTooltip(frame.tooltip, event, hover ? hover(node, { total, percentRoot: rootTotal() ? total / rootTotal() : 0 }) : [String(nodes.labels[node])]);
+      const lines = hover ? hover(node, { total, percentRoot: rootTotal() ? total / rootTotal() : 0 }) : [String(nodes.labels[node])];
+      showTooltip(frame.tooltip, event, lines, onClick ? null : zoomNote(node));
     });
     shape.addEventListener("pointerleave", () => hideTooltip(frame.tooltip));
     shape.addEventListener("click", () => press(node));

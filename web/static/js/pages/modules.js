@@ -249,10 +249,7 @@ function renderIcicle() {
     branchvalues: "remainder",
     colors: rows.map((r) => PALETTE[Math.abs(hash(r.type)) % PALETTE.length]),
     hover: (i) => [`${rows[i].name} (${rows[i].type})`, `${fmtUs(rows[i][totalKey])} \u00b5s total`],
-    onClick: (i) => {
-      select(rows[i].id, { scroll: true });
-      return false; // select, do not zoom
-    },
+    onClick: (i) => select(rows[i].id, { scroll: true }), // selects the module (no zoom)
     label: `Modules by ${chosen} time`,
   });
 }
