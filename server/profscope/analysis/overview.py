@@ -55,15 +55,8 @@ def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, interva
         "dataloader": lambda: host & dataloader_name[name],
         "cpu_exec": lambda: host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
     }
-    result = {}
-    for category, mask_of in masks.items():  # each category's ends alone: no end time of every event at once
-        mask = mask_of()
-        starts = ts[mask]
-        ends = dur[mask]
-        del mask
-        ends += starts
-        result[category] = intervals.merge(starts, ends)
-    return result
+    # each category's ends alone: no end time of every event at once
+    return dict(zip(masks, intervals.merge_each(ts, dur, list(masks.values())), strict=True))
 
 
 def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
