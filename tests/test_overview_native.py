@@ -23,12 +23,12 @@ def test_the_overview_s_sweeps_in_c_give_numpy_s_sets_and_overview(
     window = intervals.merge(steps.starts_ns, steps.ends_ns)
     ranges = overview.category_intervals(tables, tree)
     shares = intervals.paint(window, [ranges[c] for c in overview.CATEGORIES])
-    payload = orjson.dumps(overview.build_overview(tables, tree, steps))
+    payload = orjson.dumps(overview.build_overview(context, steps))
     with monkeypatch.context() as numpy_only:
         numpy_only.setattr(intervals, "_native", None)
         numpy_ranges = overview.category_intervals(tables, tree)
         numpy_shares = intervals.paint(window, [numpy_ranges[c] for c in overview.CATEGORIES])
-        numpy_payload = orjson.dumps(overview.build_overview(tables, tree, steps))
+        numpy_payload = orjson.dumps(overview.build_overview(context, steps))
     assert ranges.keys() == numpy_ranges.keys()
     for got, wanted in [
         *zip(ranges.values(), numpy_ranges.values(), strict=True),
