@@ -22,8 +22,10 @@ from profscope.analysis.device_activity import (
     UNDESCRIBED,
     busy_by_device,
     communication_device_rows,
+    communication_without_call_tree,
     device_descriptions,
     device_kernels,
+    with_collective_launches,
 )
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps, find_steps
@@ -35,7 +37,7 @@ NS_PER_US = 1000.0
 
 def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, intervals.IntervalSet]:
     """The merged time ranges of each breakdown category, before priorities are applied."""
-    return _with_kernel_intervals(tables, tree, _intervals_without_call_tree(tables))
+    return _with_kernel_intervals(tables, communication_device_rows(tables, tree), _intervals_without_call_tree(tables))
 
 
 def _intervals_without_call_tree(tables: TraceTables) -> dict[str, intervals.IntervalSet]:
@@ -63,13 +65,13 @@ def _intervals_without_call_tree(tables: TraceTables) -> dict[str, intervals.Int
 
 
 def _with_kernel_intervals(
-    tables: TraceTables, tree: CallTree, without_tree: dict[str, intervals.IntervalSet]
+    tables: TraceTables, comm_device: np.ndarray, without_tree: dict[str, intervals.IntervalSet]
 ) -> dict[str, intervals.IntervalSet]:
-    """Every category, in ``CATEGORIES`` order: ``without_tree``'s and the kernels', which are communication when
-    the call tree says so (``communication_device_rows``); communication's ranges are the union of both sides'."""
+    """Every category, in ``CATEGORIES`` order: ``without_tree``'s and the kernels', communication or not as
+    ``comm_device`` says (``communication_device_rows``); communication's ranges are the union of both sides'."""
     events = tables.events
     kernel_rows = np.flatnonzero(np.asarray(events["kind"]) == Kind.KERNEL)
-    comm = communication_device_rows(tables, tree)[kernel_rows]
+    comm = comm_device[kernel_rows]
     ts, dur = np.asarray(events["ts_ns"])[kernel_rows], np.asarray(events["dur_ns"])[kernel_rows]
     kernel, kernel_comm = intervals.merge_each(ts, dur, [lambda: ~comm, lambda: comm])
     host_comm = without_tree["host_communication"]
@@ -294,26 +296,25 @@ def build_overview(context: TraceContext, steps: Steps) -> dict[str, Any]:
     tables = context.tables
     gpus = gpu_summary(tables, steps)
     without_tree = _intervals_without_call_tree(tables)
+    comm_device = communication_without_call_tree(tables, context.launches.device_rows)
     names_used = event_names(tables)
     memory_advice = memory_peak_recommendation(peak_allocated_by_device(tables), tables)
+    notes = steps.notes + _recording_mode_notes(tables)
+    run_environment, step_ranges = environment(tables), step_range_candidates(tables)
     tree = context.tree
-    step_rows = step_breakdown(_with_kernel_intervals(tables, tree, without_tree), steps)
+    ranges = _with_kernel_intervals(tables, with_collective_launches(tables, tree, comm_device), without_tree)
+    step_rows = step_breakdown(ranges, steps)
     average = average_breakdown(step_rows)
+    dropped = f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."
     return {
-        "environment": environment(tables),
+        "environment": run_environment,
         "steps": step_rows,
         "average": average,
         "gpus": gpus,
         "recommendations": recommendations(tables, tree, average, gpus, names_used) + memory_advice,
-        "notes": steps.notes
-        + _recording_mode_notes(tables)
-        + (
-            [f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
-            if tree.dropped
-            else []
-        ),
+        "notes": notes + ([dropped] if tree.dropped else []),
         "steps_from_profiler_steps": steps.from_profiler_steps,
-        "step_ranges": step_range_candidates(tables),
+        "step_ranges": step_ranges,
     }
 
 
