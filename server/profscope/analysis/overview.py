@@ -32,6 +32,12 @@ from profscope.analysis.steps import Steps, find_steps
 from profscope.tables import Kind, TraceTables
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+_COMM_OP, _DATALOADER, _STEP_RANGE, _NOT_HOST = 1, 2, 4, 8  # what an event's name says (_intervals_without_call_tree)
+_NAME_BITS = (
+    (_COMM_OP, name_rules.is_comm_op),
+    (_DATALOADER, name_rules.is_dataloader),
+    (_STEP_RANGE, name_rules.is_step_range),
+)
 NS_PER_US = 1000.0
 
 
@@ -46,19 +52,23 @@ def _intervals_without_call_tree(tables: TraceTables) -> dict[str, intervals.Int
     events = tables.events
     kind = np.asarray(events["kind"])
     ts, dur = np.asarray(events["ts_ns"]), np.asarray(events["dur_ns"])
-    name = np.asarray(events["name"])
     strings = tables.strings
-    comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
-    dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
-    step_name = name_rules.string_mask(strings, name_rules.is_step_range)
+    # each event's name as the bits of a byte, found once (one gather of every event, not one per mask)
+    name_bits = np.zeros(len(strings), dtype=np.uint8)
+    for bit, rule in _NAME_BITS:
+        name_bits[name_rules.string_mask(strings, rule)] |= bit
     host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
+    host_name = np.where(host, np.uint8(0), np.uint8(_NOT_HOST))
+    del host
+    host_name |= name_bits[np.asarray(events["name"])]  # a host event's name bits; _NOT_HOST on any other
+    del name_bits
     masks = {  # one mask of every event at a time, each made as its category comes
         "memcpy": lambda: kind == Kind.MEMCPY,
         "memset": lambda: kind == Kind.MEMSET,
-        "host_communication": lambda: host & comm_op_name[name],
+        "host_communication": lambda: (host_name & (_NOT_HOST | _COMM_OP)) == _COMM_OP,
         "runtime": lambda: is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)),
-        "dataloader": lambda: host & dataloader_name[name],
-        "cpu_exec": lambda: host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
+        "dataloader": lambda: (host_name & (_NOT_HOST | _DATALOADER)) == _DATALOADER,
+        "cpu_exec": lambda: host_name == 0,  # a host event not named as data loading, a step or communication
     }
     # each category's ends alone: no end time of every event at once
     return dict(zip(masks, intervals.merge_each(ts, dur, list(masks.values())), strict=True))
