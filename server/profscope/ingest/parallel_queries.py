@@ -1,11 +1,13 @@
 """Compute a parsed trace's views on two cores: a forked helper takes jobs from the same list as the worker.
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
-they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
-which needs no call tree, and builds the call tree and steps that nearly every query reads; then, before its
-own first job, it forks again: that child shares the tables, the tree and every import (copy on write: nothing is
-loaded or computed twice), waits for the timeline child to end, and from then on both take the next job of one
-ordered list through a shared counter: the ``first`` queries, then the others as declared. The child writes each
+they are independent of each other. The call tree, which nearly every query reads, is built on a thread
+(``TreeBuilding``: from the events table still in memory, started as soon as the parse is done) while the worker
+saves the tables and runs its first job, the Overview, which computes what needs no tree first. Once both are done
+the worker forks a child for the timeline index, which needs no call tree, and a second child, which shares the
+tables, the tree and every import (copy on write: nothing is loaded or computed twice), waits for the timeline
+child to end, and from then on takes, as the worker does, the next job of one ordered list through a shared
+counter: the ``first`` queries, then the others as declared. The child writes each
 result into the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
 answers as soon as its own result is written.
 
