@@ -27,11 +27,11 @@ class TraceContext:
         self._launches = launches
 
     def on(self, tables: TraceTables) -> TraceContext:
-        """This context over ``tables``, the same trace's (its saved tables, read from their files): with the
-        launches, call tree and steps found so far, not the memos, which may hold columns of the tables they were
-        computed from."""
-        context = TraceContext(tables, tree=self._tree, launches=self._launches)
-        for shared in ("launches", "tree", "steps"):
+        """This context over ``tables``, the same trace's (its saved tables, read from their files): with the call
+        tree and the steps found so far; not the memos, which may hold columns of the tables they were computed
+        from, nor the launches, which the queries do not read (found again if asked for)."""
+        context = TraceContext(tables, tree=self._tree)
+        for shared in ("tree", "steps"):
             if shared in self.__dict__:
                 context.__dict__[shared] = self.__dict__[shared]
         return context
