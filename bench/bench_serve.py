@@ -15,9 +15,12 @@ For each trace:
   moment each view first said so is kept too (``first_ready_s``). Peak memory of the whole process tree
   (server + parse workers + their helpers), sampled from /proc: the sum of resident memory, and the sum of
   proportional memory (PSS: a page a forked helper shares with its worker counts once, not twice),
-  and its CPU seconds (user + system) at that moment. The parse workers run at the server's niceness + 10
-  (jobs.WORKER_NICENESS), so on a busy machine they get less CPU than a peer at the server's niceness:
-  compare CPU seconds too.
+  and its CPU seconds (user + system) at that moment. The Overview's readiness is also timed from the moment the
+  server first listed the file (``seen_at`` of the file in ``/api/runs``, the server's clock, read against this
+  process's ``time.time()``: one machine, one clock), to the end of the first ``/api/runs`` answer that says it is
+  ready: ``overview_after_seen_s``, issue 18's "the Overview within 3 s of the server seeing the file".
+  The parse workers run at the server's niceness + 10 (jobs.WORKER_NICENESS), so on a busy machine they get
+  less CPU than a peer at the server's niceness: compare CPU seconds too.
 - the peers: ``bench/reference/timed_peer.py tbprof|hta FILE`` under /opt/refvenv, whole process timed
   with ``/usr/bin/time -v`` (wall clock, peak RSS), exactly as ``run_bench.py`` runs them.
 
@@ -56,7 +59,8 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float, extra: 
     command = [sys.executable, "-m", "profscope.cli", "serve", str(root.parent), "--port", str(port),
                "--cache-dir", str(scratch / "cache"), "--log-level", "warning", *extra]  # fmt: skip
     loads, peak_kb, peak_pss_kb, first_ready = [], 0, 0, {}
-    started = time.perf_counter()
+    seen_at, overview_after_seen = None, None
+    started, started_at = time.perf_counter(), time.time()
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while time.perf_counter() - started < timeout_s:
@@ -66,15 +70,20 @@ def serve_until_every_view(trace: Path, scratch: Path, timeout_s: float, extra: 
             peak_pss_kb = max(peak_pss_kb, tree_pss_kb(server.pid))
             loads.append(os.getloadavg()[0])
             run = _the_run(f"http://127.0.0.1:{port}")
-            now = time.perf_counter() - started
+            now, now_at = time.perf_counter() - started, time.time()
             if run is not None:
+                seen_at = seen_at or _seen_at(run)
                 for view, state in (run.get("view_states") or {}).items():
                     if state == "ready":
                         first_ready.setdefault(view, round(now, 3))
+                if overview_after_seen is None and "overview" in first_ready and seen_at is not None:
+                    overview_after_seen = round(now_at - seen_at, 3)
                 if _every_view_ready(run):
                     return {"wall_s": now, "cpu_s": _tree_cpu_s(server.pid), "peak_tree_rss_mb": peak_kb / 1024,
                             "peak_tree_pss_mb": peak_pss_kb / 1024,
                             "load_1min": _span(loads), "first_ready_s": first_ready,
+                            "seen_after_start_s": None if seen_at is None else round(seen_at - started_at, 3),
+                            "overview_after_seen_s": overview_after_seen,
                             "views": run.get("views", [])}  # fmt: skip
             time.sleep(POLL_S)
         return {"error": f"not every view ready after {timeout_s} s"}
@@ -104,6 +113,13 @@ def _the_run(base: str) -> dict | None:
         return None
     runs = body.get("runs", []) if status == 200 else []
     return runs[0] if runs else None
+
+
+def _seen_at(run: dict) -> float | None:
+    """When the server first listed the run's file (Unix time), if it says (``seen_at``, since issue 18's Overview
+    round); the run of a benchmark holds one file."""
+    files = run.get("files") or []
+    return files[0].get("seen_at") if files else None
 
 
 def _every_view_ready(run: dict) -> bool:
@@ -184,6 +200,11 @@ def measure(tool: str, trace: Path, args: argparse.Namespace) -> dict:
     spread = {"runs_wall_s": [round(m["wall_s"], 3) for m in measured]}
     if "peak_tree_pss_mb" in middle:  # peak memory of each run too: it moves with how the processes overlap
         spread["runs_peak_pss_mb"] = [round(m["peak_tree_pss_mb"], 1) for m in measured]
+    after_seen = [m["overview_after_seen_s"] for m in measured if m.get("overview_after_seen_s") is not None]
+    if after_seen:  # its own median: the run with the median "every view" need not have the median Overview
+        spread["runs_overview_after_seen_s"] = after_seen
+        spread["overview_after_seen_median_s"] = sorted(after_seen)[len(after_seen) // 2]
+        spread["runs_cpu_s"] = [round(m["cpu_s"], 2) for m in measured]
     return {**middle, **spread}
 
 
@@ -193,18 +214,19 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         by_input.setdefault(row["input"], {})[row["tool"]] = row
     lines = [
-        "| input | unc. MB | profscope serve: every view s | first view (overview) s | profscope CPU s "
+        "| input | unc. MB | profscope serve: every view s | first view (overview) s "
+        "| overview after the file was seen s (range) | profscope CPU s "
         "| all processes peak MB (RSS / PSS, PSS range of the runs) | tb-profiler s | tb CPU s | tb peak MB "
         "| HTA s | HTA CPU s | HTA peak MB "
         "| tb / profscope | HTA / profscope | load (1 min) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, tools in by_input.items():
         ours, tb, hta = (tools.get(t) or {} for t in ("profscope serve", *PEERS))
         size = next(t["uncompressed_mb"] for t in tools.values())
         loads = [x for t in tools.values() for x in t.get("load_1min", [])]
         lines.append(
-            f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_cpu(ours)} "
+            f"| {name} | {size:.1f} | {_seconds(ours)} | {_first_view(ours)} | {_after_seen(ours)} | {_cpu(ours)} "
             f"| {_mb(ours, 'peak_tree_rss_mb')} / {_mb(ours, 'peak_tree_pss_mb')}{_pss_range(ours)} "
             f"| {_seconds(tb)} | {_cpu(tb)} | {_mb(tb, 'peak_rss_mb')} "
             f"| {_seconds(hta)} | {_cpu(hta)} | {_mb(hta, 'peak_rss_mb')} "
@@ -226,6 +248,15 @@ def _cpu(row: dict) -> str:
 def _first_view(row: dict) -> str:
     first = row.get("first_ready_s", {}).get("overview")
     return "—" if first is None else f"{first:.2f}"
+
+
+def _after_seen(row: dict) -> str:
+    """The Overview after the server saw the file: the median of the runs, and their range when there were several."""
+    runs = row.get("runs_overview_after_seen_s") or []
+    if not runs:
+        return "—"
+    spread = f" ({min(runs):.2f}-{max(runs):.2f})" if len(runs) > 1 else ""
+    return f"{row['overview_after_seen_median_s']:.2f}{spread}"
 
 
 def _mb(row: dict, key: str) -> str:

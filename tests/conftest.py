@@ -22,6 +22,15 @@ hypothesis_settings.load_profile("explore" if os.environ.get("PROFSCOPE_HYPOTHES
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("PROFSCOPE_CORPUS", REPO / "tests" / "corpus")).resolve()
+# traces of every shape the C paths meet (threads, nesting, NCCL, ns times, CUDA graphs): each C function is
+# compared with the numpy code it replaces on them
+NATIVE_COMPARISON_TRACES = [
+    "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/nccl_parser_config/nccl_data.json.gz",
+    "traces/AMD-AGI_TraceLens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    "traces/AMD-AGI_TraceLens/tests/traces/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
+]
 
 
 def corpus_file(relative: str) -> Path:

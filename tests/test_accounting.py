@@ -85,7 +85,7 @@ def assert_conserved(tables: TraceTables) -> None:
         kernel_view_us + copies_us, abs=TOLERANCE_US
     )
     assert accounting["device_total_us"] == pytest.approx(kernel_view_us + copies_us, abs=TOLERANCE_US)
-    overview = build_overview(tables, tree, context.steps)
+    overview = build_overview(context, context.steps)
     assert sum(g["kernel_time_us"] for g in overview["gpus"]) == pytest.approx(kernel_view_us, abs=TOLERANCE_US)
 
 
@@ -107,7 +107,7 @@ def test_legacy_autograd_file_has_operator_rows_and_cpu_exec() -> None:
     assert rows["aten::addmm"]["calls"] == 6
     assert rows["aten::linear"]["calls"] == 6
     assert "ProfilerStep#0" not in rows
-    overview = build_overview(tables, context.tree, context.steps)
+    overview = build_overview(context, context.steps)
     assert [s["step"] for s in overview["steps"]] == ["0", "1", "2"]
     for step in overview["steps"]:
         assert step["cpu_exec_us"] > 0.5 * step["total_us"]

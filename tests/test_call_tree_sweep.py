@@ -9,18 +9,10 @@ import numpy as np
 import orjson
 import pytest
 
-from conftest import corpus_file
+from conftest import NATIVE_COMPARISON_TRACES, corpus_file
 from profscope.analysis import call_tree, native
 from profscope.analysis.call_tree import CallTree, build_call_tree
 from profscope.ingest.kineto import parse_trace, parse_trace_file
-
-TRACES = [
-    "kineto-tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
-    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "hta/nccl_parser_config/nccl_data.json.gz",
-    "traces/AMD-AGI_TraceLens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-    "traces/AMD-AGI_TraceLens/tests/traces/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
-]
 
 
 def _trees(tables, monkeypatch: pytest.MonkeyPatch) -> tuple[CallTree, CallTree]:
@@ -60,7 +52,7 @@ def test_an_extension_built_from_older_source_is_left_for_numpy(monkeypatch: pyt
     assert native.call_tree_sweep() is _call_tree_sweep
 
 
-@pytest.mark.parametrize("relative", TRACES)
+@pytest.mark.parametrize("relative", NATIVE_COMPARISON_TRACES)
 def test_native_sweep_gives_the_python_trees(relative: str, monkeypatch: pytest.MonkeyPatch) -> None:
     python, native = _trees(parse_trace_file(corpus_file(relative)), monkeypatch)
     _assert_same(python, native)

@@ -182,3 +182,42 @@ def test_another_workers_span_id_finds_the_same_window_on_this_worker() -> None:
     assert run.find("rank1", "#1").key == "job/rank1.105.pt.trace.json"
     assert run.find("rank1", "105").key == "job/rank1.105.pt.trace.json"
     assert run.find("rank1", "999") is None
+
+
+def test_each_file_is_seen_when_a_listing_first_holds_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``seen_at`` (``/api/runs``, where "the Overview N s after the server saw the file" starts): the time of the
+    listing that first held the file, kept by later listings; a file rewritten is seen anew, one removed forgotten."""
+    import time
+
+    from profscope.config import Settings
+    from profscope.state import Profscope
+
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    first, second = root / "run" / "a.pt.trace.json", root / "run" / "b.pt.trace.json"
+    first.write_text('{"traceEvents": []}')
+    state = Profscope(Settings(roots=[str(root)], cache_dir=tmp_path / "cache", eager_ingest=False))
+
+    def seen() -> dict[str, float | None]:
+        return {f["file"]: f["seen_at"] for r in state.runs().values() for f in state.run_status(r)["files"]}
+
+    try:
+        before = time.time()
+        state.rescan()
+        listed = seen()
+        assert before <= listed["run/a.pt.trace.json"] <= time.time()
+        second.write_text('{"traceEvents": []}')
+        first.write_text('{"traceEvents": [ ]}')  # another size: another version of the file
+        between = time.time()
+        state.rescan()
+        again = seen()
+        assert set(again) == {"run/a.pt.trace.json", "run/b.pt.trace.json"}
+        assert all(between <= value <= time.time() for value in again.values())
+        second.unlink()
+        state.rescan()
+        assert seen() == {"run/a.pt.trace.json": again["run/a.pt.trace.json"]}
+        state.rescan()
+        assert seen() == {"run/a.pt.trace.json": again["run/a.pt.trace.json"]}
+        assert state._first_listed.keys() == {state.runs()["run"].files[0].cache_key}
+    finally:
+        state.stop()

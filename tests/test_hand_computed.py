@@ -100,7 +100,7 @@ def analysed(request: pytest.FixtureRequest) -> tuple:
         raw = gzip.compress(raw)  # and gzip, sniffed from the bytes
     tables = parse_trace(io.BytesIO(raw))
     context = TraceContext(tables)
-    return tables, context, build_overview(tables, context.tree, context.steps), request.param
+    return tables, context, build_overview(context, context.steps), request.param
 
 
 def test_step_breakdown_by_priority(analysed: tuple) -> None:

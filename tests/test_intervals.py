@@ -158,3 +158,109 @@ def test_paint_of_overlapping_windows_read_per_window_is_each_windows_own(window
         alone = intervals.paint(window if end > start else intervals.empty(), [sets[p] for p in PHASES])
         for phase, share in zip((*PHASES, "other"), alone, strict=True):
             assert int(together[phase][index]) == intervals.total(share)
+
+
+# ---- the C sweeps (``merge_each``, ``paint``) against the numpy code they replace --------------------------
+normalised_sets = st.one_of(
+    spans.map(_as_set), st.builds(_touching_set, cuts, st.lists(st.booleans(), min_size=14, max_size=14))
+)
+
+
+def _assert_same_sets(got: list, wanted: list) -> None:
+    assert len(got) == len(wanted)
+    for (got_starts, got_ends), (want_starts, want_ends) in zip(got, wanted, strict=True):
+        assert got_starts.dtype == got_ends.dtype == np.int64
+        np.testing.assert_array_equal(got_starts, want_starts)
+        np.testing.assert_array_equal(got_ends, want_ends)
+
+
+def test_the_interval_sweeps_are_built() -> None:
+    assert intervals._native is not None  # else every comparison below compares numpy with itself
+
+
+@settings(max_examples=400, deadline=None)
+@given(normalised_sets, st.lists(normalised_sets, max_size=intervals.MAX_LAYERS))
+def test_paint_in_c_gives_the_numpy_shares(within: intervals.IntervalSet, layers: list) -> None:
+    """Sets with touching intervals too (an end at the next start), which ``merge`` never makes."""
+    if len(within[0]) == 0:
+        return
+    assert intervals._native.paint_normalised([within, *layers]) is not None
+    _assert_same_sets(intervals.paint(within, layers), intervals._paint_sorting_bounds([within, *layers]))
+
+
+def test_paint_in_c_leaves_sets_that_are_not_normalised_to_numpy() -> None:
+    window = (np.array([0], dtype=np.int64), np.array([10], dtype=np.int64))
+    for starts, ends in (([0, 2], [5, 9]), ([3, 1], [4, 2]), ([2], [2])):  # overlapping, unsorted, empty
+        layer = (np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+        assert intervals._native.paint_normalised([window, layer]) is None
+
+
+def _random_set(rng: np.random.Generator, count: int, span: int) -> intervals.IntervalSet:
+    starts = rng.integers(0, span, count)
+    return intervals.merge(starts, starts + rng.integers(0, span // max(count, 1) * 3 + 2, count))
+
+
+def test_paint_in_c_gives_the_numpy_shares_on_large_random_sets() -> None:
+    rng = np.random.default_rng(18)
+    for round_ in range(20):
+        span = int(rng.integers(1_000, 10**12))
+        within = _random_set(rng, int(rng.integers(1, 400)), span)
+        layers = [_random_set(rng, int(rng.integers(0, 30_000)), span) for _ in range(int(rng.integers(1, 16)))]
+        shares = intervals.paint(within, layers)
+        _assert_same_sets(shares, intervals._paint_sorting_bounds([within, *layers]))
+        assert sum(intervals.total(share) for share in shares) == intervals.total(within), round_
+
+
+@st.composite
+def _flagged_rows(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Rows sorted by start (durations may be 0 or negative: empty intervals) and up to 8 masks of them."""
+    rows = sorted(draw(st.lists(st.tuples(st.integers(-50, 60), st.integers(-3, 15)), max_size=40)))
+    masks = draw(st.lists(st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)), min_size=1, max_size=8))
+    starts = np.array([s for s, _ in rows], dtype=np.int64)
+    durations = np.array([d for _, d in rows], dtype=np.int64)
+    return starts, durations, [np.array(mask, dtype=bool) for mask in masks]
+
+
+def _merged_in_numpy(starts: np.ndarray, durations: np.ndarray, masks: list[np.ndarray]) -> list:
+    return [intervals.merge(starts[mask], starts[mask] + durations[mask]) for mask in masks]
+
+
+@settings(max_examples=400, deadline=None)
+@given(_flagged_rows())
+def test_merge_each_in_c_gives_each_mask_s_union(rows: tuple) -> None:
+    starts, durations, masks = rows
+    assert (
+        len(starts) == 0
+        or intervals._native.merge_flagged(starts, durations, np.zeros(len(starts), dtype=np.uint8), len(masks))
+        is not None
+    )
+    got = intervals.merge_each(starts, durations, [lambda m=mask: m for mask in masks])
+    _assert_same_sets(got, _merged_in_numpy(starts, durations, masks))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_flagged_rows(), st.randoms(use_true_random=False))
+def test_merge_each_of_rows_out_of_order_is_left_to_numpy(rows: tuple, random) -> None:
+    starts, durations, masks = rows
+    order = list(range(len(starts)))
+    random.shuffle(order)
+    starts, durations, masks = starts[order], durations[order], [mask[order] for mask in masks]
+    got = intervals.merge_each(starts, durations, [lambda m=mask: m for mask in masks])
+    _assert_same_sets(got, _merged_in_numpy(starts, durations, masks))
+
+
+def test_merge_flagged_says_when_a_set_s_starts_are_not_sorted() -> None:
+    starts, durations = np.array([0, 5, 3], dtype=np.int64), np.array([10, 1, 1], dtype=np.int64)
+    assert intervals._native.merge_flagged(starts, durations, np.array([1, 2, 2], dtype=np.uint8), 2) is None
+    assert intervals._native.merge_flagged(starts, durations, np.array([1, 2, 1], dtype=np.uint8), 2) is not None
+
+
+def test_merge_each_in_c_gives_each_mask_s_union_on_large_random_rows() -> None:
+    rng = np.random.default_rng(18)
+    for _ in range(10):
+        count = int(rng.integers(1, 200_000))
+        starts = np.sort(rng.integers(0, 10**9, count))
+        durations = rng.integers(-10, 10**9 // count * 4 + 1, count)
+        masks = [rng.random(count) < rng.random() for _ in range(int(rng.integers(1, 9)))]
+        got = intervals.merge_each(starts, durations, [lambda m=mask: m for mask in masks])
+        _assert_same_sets(got, _merged_in_numpy(starts, durations, masks))

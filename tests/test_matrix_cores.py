@@ -64,7 +64,7 @@ def test_other_kernels_are_not(name: str) -> None:
 def analysed(source: str) -> tuple:
     tables = parse_trace_file(corpus_file(source))
     context = TraceContext(tables)
-    return tables, context, build_overview(tables, context.tree, context.steps)
+    return tables, context, build_overview(context, context.steps)
 
 
 def matrix_share(source: str) -> tuple[float, float, set[str]]:

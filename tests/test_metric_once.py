@@ -35,7 +35,7 @@ def _counter_mean_pct(arrays: dict[str, np.ndarray], series: int, start_ns: int,
 
 def _both_utilizations(tables: TraceTables) -> tuple[dict[int, float], dict[int, float]]:
     context = TraceContext(tables)
-    overview = {gpu["device"]: gpu["utilization_pct"] for gpu in gpu_summary(tables, context.tree, context.steps)}
+    overview = {gpu["device"]: gpu["utilization_pct"] for gpu in gpu_summary(tables, context.steps)}
     index = build_timeline_index(tables)
     start_ns, end_ns = context.steps.window
     counters = {}

@@ -5,19 +5,23 @@ process computes; a helper that dies loses nothing."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import corpus_file
+from profscope.analysis import call_tree
+from profscope.analysis.call_tree import build_call_tree
 from profscope.cache import TraceCache
 from profscope.catalog import build_runs
 from profscope.ingest import parallel_queries
 from profscope.ingest.jobs import IngestRequest, run_ingest
-from profscope.ingest.parallel_queries import TIMELINE, ViewJobs, job_names
+from profscope.ingest.parallel_queries import TIMELINE, TreeBuilding, ViewJobs, job_names
 from profscope.sources import LocalSource
 from profscope.views.registry import queries
 
@@ -54,7 +58,7 @@ def _results(request: IngestRequest) -> dict[str, bytes]:
 @pytest.fixture
 def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small corpus traces take the two-core path, and the worker's own jobs take a little longer, so that the
-    helper, forked when the worker starts its first job, takes some of them whatever the machine's load."""
+    helper, forked once the worker's first job is done, takes some of them whatever the machine's load."""
     monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
     worker = os.getpid()
     run = ViewJobs.run
@@ -121,19 +125,26 @@ def test_small_or_crowded_parses_stay_on_one_core(tmp_path: Path) -> None:
     assert not parallel_queries.two_cores(dataclasses.replace(big, second_core=False))
 
 
-def test_the_query_helper_starts_when_the_timeline_child_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The helper that shares the queries is forked the moment the timeline child ends, from a thread, not once the
-    worker's own job is done: while the worker's first job waits for every other result to be written, the helper
-    writes them all (forked only after that job, it would never start and the wait would run out)."""
+def test_the_first_job_runs_with_the_tree_s_thread_before_any_fork_and_the_helper_takes_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's first job (the Overview's) runs while the call tree is built on a thread, before any process is
+    forked: a child forked while the thread runs would hold what its frames hold, for good. Then the timeline child
+    and the helper that shares the queries are forked, the helper before the worker's next job: while that job
+    waits for every other result to be written, the helper writes them all (forked only after it, it would never
+    start and the wait would run out)."""
     monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0)
     worker = os.getpid()
     run = ViewJobs.run
-    first: list[str] = []
+    taken: list[tuple[str, int, bool]] = []  # (job, children alive, the tree's thread alive)
 
-    def worker_waits_in_its_first_job(self: ViewJobs, name: str) -> parallel_queries.Report:
-        if os.getpid() == worker and not first:
-            first.append(name)
-            others = [query.stored_name for query in self.request.queries if query.name != name]
+    def second_job_waits_for_the_others(self: ViewJobs, name: str) -> parallel_queries.Report:
+        if os.getpid() == worker:
+            building = any(thread.name == "profscope-call-tree" for thread in threading.enumerate())
+            taken.append((name, len(multiprocessing.active_children()), building))
+        if os.getpid() == worker and len(taken) == 2:
+            done = {name, taken[0][0]}
+            others = [query.stored_name for query in self.request.queries if query.name not in done]
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 if all(self.cache.read_view(self.request.cache_key, stored) is not None for stored in others):
@@ -141,51 +152,85 @@ def test_the_query_helper_starts_when_the_timeline_child_ends(tmp_path: Path, mo
                 time.sleep(0.05)
         return run(self, name)
 
-    monkeypatch.setattr(ViewJobs, "run", worker_waits_in_its_first_job)
+    def slow_tree(*args: object, **kwargs: object) -> object:
+        time.sleep(0.5)  # still building when the first job starts, whatever the machine's load
+        return build_call_tree(*args, **kwargs)
+
+    monkeypatch.setattr(ViewJobs, "run", second_job_waits_for_the_others)
+    monkeypatch.setattr(call_tree, "build_call_tree", slow_tree)
     request = _request(tmp_path, TRACES[1], "two", second_core=True)
     summary = run_ingest(request)
     assert "error" not in summary and summary["view_errors"] == {}
-    assert first == [job_names(request)[0]]  # the worker's own first job: the first of the first views
-    assert sorted(summary["views_by_helper"]) == sorted(set(job_names(request)) - {first[0]})
+    names = job_names(request)
+    assert taken[0] == (names[0], 0, True)  # the first of the first views, with the tree's thread, no child yet
+    assert len(taken) == 2 and taken[1][1] >= 1 and not taken[1][2]
+    assert sorted(summary["views_by_helper"]) == sorted(set(names) - {taken[0][0], taken[1][0]})
 
 
+@pytest.mark.parametrize("cores", [1, 2])
 def test_the_views_read_the_saved_tables_and_the_parse_s_arrays_are_gone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int
 ) -> None:
     """The parse's columns (229 MB of nsres_x1GB) stayed in the worker's memory while the views were computed, all
     of them, from the start: each is read from the file the save just wrote now (memory-mapped), and takes memory
-    only once a view reads it (the views of that trace never read 24 MB of it, and the flows' 41 MB only late)."""
+    only once a view reads it (the views of that trace never read 24 MB of it, and the flows' 41 MB only late). On
+    two cores the events table stays in memory while the call tree is built from it and the first job runs (the
+    tree's thread reads it: its mapped copy would be resident beside it), and goes then, before the next job."""
     import gc
     import weakref
 
     import numpy as np
 
     from profscope.ingest import jobs
+    from profscope.tables import SCHEMA
 
+    monkeypatch.setattr(parallel_queries, "ONE_CORE_BELOW_BYTES", 0 if cores == 2 else 1 << 40)
     request = _request(tmp_path, TRACES[0], "mapped", second_core=True)
-    parse, compute = jobs.TABLE_PARSERS[request.kind], jobs.compute_views
+    parse, compute, run, fork = (
+        jobs.TABLE_PARSERS[request.kind],
+        jobs.compute_views,
+        ViewJobs.run,
+        parallel_queries._fork,
+    )
     parsed: list[weakref.ref] = []
     seen: list[tuple[int, int, int]] = []
+    alive_at_job: list[int] = []  # in the worker: its jobs'
+    alive_at_fork: list[int] = []
 
     def parse_watched(*arguments, **options):
         tables = parse(*arguments, **options)
         parsed.extend(weakref.ref(column) for table in tables.columns.values() for column in table.values())
         return tables
 
-    def compute_watched(cache, request, tables, *rest):
+    def compute_watched(cache, request, tables, *rest, **options):
         gc.collect()
         tables_dir = cache.tables_dir(request.cache_key).resolve()
         columns = [column for table in tables.columns.values() for column in table.values()]
         mapped = [isinstance(c, np.memmap) and Path(c.filename).parent == tables_dir for c in columns]
         seen.append((len(columns), sum(mapped), sum(ref() is not None for ref in parsed)))
-        return compute(cache, request, tables, *rest)
+        return compute(cache, request, tables, *rest, **options)
+
+    def run_watched(self: ViewJobs, name: str) -> parallel_queries.Report:
+        gc.collect()
+        alive_at_job.append(sum(ref() is not None for ref in parsed))
+        return run(self, name)
+
+    def fork_watched(*arguments: object, **options: object) -> list:
+        gc.collect()  # the first job and the tree are done: the children are forked
+        alive_at_fork.append(sum(ref() is not None for ref in parsed))
+        return fork(*arguments, **options)
 
     monkeypatch.setitem(jobs.TABLE_PARSERS, request.kind, parse_watched)
     monkeypatch.setattr(jobs, "compute_views", compute_watched)
+    monkeypatch.setattr(ViewJobs, "run", run_watched)
+    monkeypatch.setattr(parallel_queries, "_fork", fork_watched)
     summary = run_ingest(request)
     assert "error" not in summary and summary["view_errors"] == {}
     ((columns, mapped, alive),) = seen
-    assert len(parsed) == columns > 20 and mapped == columns and alive == 0
+    assert len(parsed) == columns > 20 and mapped == columns
+    assert alive == (len(SCHEMA["events"]) if cores == 2 else 0)
+    assert alive_at_job[0] == alive and alive_at_job[1:] == [0] * (len(alive_at_job) - 1)
+    assert alive_at_fork == ([0, 0] if cores == 2 else [])
 
 
 def test_each_view_job_leaves_no_page_of_the_tables_mapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,8 +253,10 @@ def test_each_view_job_leaves_no_page_of_the_tables_mapped(tmp_path: Path, monke
         release(self)
 
     monkeypatch.setattr(TraceTables, "release_pages", release_watched)
-    jobs = ViewJobs(cache, request, TraceTables.load(tables_dir))
-    jobs.shared_structures()
+    tables = TraceTables.load(tables_dir)
+    jobs = ViewJobs(cache, request, tables)
+    with jobs.tree_meanwhile(TreeBuilding(tables)):
+        pass
     after = {"shared structures": resident_bytes_mapped_under(tables_dir)}
     for name in job_names(request):
         jobs.run(name)

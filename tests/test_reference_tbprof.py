@@ -44,7 +44,7 @@ def reference(name: str) -> dict:
 def analysed(source: str) -> tuple:
     tables = parse_trace_file(corpus_file(source))
     context = TraceContext(tables)
-    return tables, context, build_overview(tables, context.tree, context.steps)
+    return tables, context, build_overview(context, context.steps)
 
 
 def assert_steps_equal(ref: dict, mine: dict, fields: tuple[str, ...] = STEP_FIELDS, tolerance_us: float = 1.0) -> None:

@@ -70,7 +70,7 @@ def test_views_over_http_equal_the_analysis(server) -> None:  # type: ignore[no-
     overview = httpx.get(f"{base}/api/overview", params={"run": "resnet"}).json()
     tables = parse_trace_file(corpus_file(RESNET))
     context = TraceContext(tables)
-    expected = orjson.loads(orjson.dumps(build_overview(tables, context.tree, context.steps)))
+    expected = orjson.loads(orjson.dumps(build_overview(context, context.steps)))
     assert overview["steps"] == expected["steps"]
     assert overview["gpus"] == expected["gpus"]
     assert overview["worker"] == "worker0" and overview["span"] == "1623143089861"

@@ -139,6 +139,7 @@ class Profscope:
             queries=queries,
         )
         self._runs: dict[str, Run] = {}
+        self._first_listed: dict[str, float] = {}  # cache key -> Unix time of the first listing that held the file
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._scanner: threading.Thread | None = None
@@ -179,6 +180,7 @@ class Profscope:
             recovered = [root for root, ok in zip(listed, pool.map(self._list_root, listed), strict=True) if ok]
         listings = [(root.label, root.source.uri, root.objects) for root in listed if root.listed_at]
         runs = build_runs(listings)
+        self._note_first_listings(runs, {root.source.uri: root.listed_at for root in listed if root.listed_at})
         with self._lock:
             self._runs = runs
         self.scans += 1
@@ -188,6 +190,17 @@ class Profscope:
             self.ingest.request_all(
                 [file for run in runs.values() for file in run.traces() + run.snapshots() + run.memory_logs()]
             )
+
+    def _note_first_listings(self, runs: dict[str, Run], listed_at: dict[str, float]) -> None:
+        """When each file was first listed (each version of it: a changed file is new): ``/api/runs`` gives it as
+        ``seen_at``, where "ready N s after the server saw the file" starts (bench/bench_serve.py). A file no longer
+        listed is forgotten."""
+        known = self._first_listed
+        first = {f.cache_key: known.get(f.cache_key) or listed_at[f.source] for run in runs.values() for f in run.files}
+        new = len(first.keys() - known.keys())
+        self._first_listed = first
+        if new:
+            log.info("%d file(s) listed for the first time", new)
 
     def _list_root(self, root: RootStatus) -> bool:
         """List one root; True when it is readable again after a failed listing."""
@@ -332,7 +345,7 @@ class Profscope:
             "unavailable": {name: reason for name, reason in applicable.items() if reason is not None},
             "errors": errors,
             "files": [
-                {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **s.to_json()}
+                {"file": t.key, "worker": t.worker, "span": t.span, "bytes": t.info.size, **self._file_state(t, s)}
                 for t, s in zip(traces, states, strict=True)
             ],
             "snapshots": [
@@ -341,16 +354,19 @@ class Profscope:
                     "worker": f.worker,
                     "snapshot": f.span,
                     "bytes": f.info.size,
-                    **s.to_json(),
+                    **self._file_state(f, s),
                     "oom_devices": self.oom_devices(f) if s.state == "ready" else [],
                 }
                 for f, s in zip(snapshots, snapshot_states, strict=True)
             ],
             "memory_logs": [
-                {"file": f.key, "worker": f.worker, "log": f.span, "bytes": f.info.size, **s.to_json()}
+                {"file": f.key, "worker": f.worker, "log": f.span, "bytes": f.info.size, **self._file_state(f, s)}
                 for f, s in zip(memory_logs, memory_log_states, strict=True)
             ],
         }
+
+    def _file_state(self, file: TraceFile, state: Any) -> dict[str, Any]:
+        return {**state.to_json(), "seen_at": self._first_listed.get(file.cache_key)}
 
     def _view_state(self, name: str, files: list[tuple[TraceFile, Any]]) -> str:
         """``ready`` once every result the view reads is there for each of the run's files that has not failed

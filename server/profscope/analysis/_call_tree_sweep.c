@@ -23,6 +23,16 @@
  * timeline_index._build_levels (the items of the level below merged where no gap or lone wide slice breaks
  * them) in one pass, written in place over the first items: no break mask, group sums or argmax temporaries.
  *
+ * merge_flagged(ts, dur, flags, set_count) -> [(starts, ends)] * set_count or None: intervals.merge_each, the union
+ * of the intervals [ts, ts + dur) of the rows flagged for each set (bit k of flags: set k), in one pass over rows
+ * sorted by start (the events table's): per set a running end, a new interval where a row starts after it. None
+ * when a set's starts are not sorted (intervals.merge then sorts them).
+ *
+ * paint_normalised(sets) -> [(starts, ends)] * len(sets) or None: intervals.paint of normalised sets (the window
+ * first, then the layers by priority) in one sweep over their bounds in order, each set's bounds read as one
+ * sorted sequence (start, end, start, ...): the owner of each stretch between two bounds, and a share for each
+ * run of stretches of one owner. None when a set is not normalised (sorted, disjoint, non-empty intervals).
+ *
  * sweep(order, starts, ends, tracks, node_count, root, unlinked) -> (found: bytes of int64, dropped: int)
  * The inputs are int64 arrays sorted by (track, start, longest first); order[i] is the item at position i
  * (items >= node_count are runtime calls, leaves). found[i] is the enclosing node of position i, root, or
@@ -621,7 +631,251 @@ done:
     return result;
 }
 
+/* An int64 array grown as values come (no GIL needed); handed to Python as a bytearray once complete. */
+typedef struct {
+    int64_t *values;
+    Py_ssize_t count, capacity;
+} Growing;
+
+static int grow_append(Growing *growing, int64_t value) {
+    if (growing->count == growing->capacity) {
+        Py_ssize_t capacity = growing->capacity ? 2 * growing->capacity : 1024;
+        int64_t *values = realloc(growing->values, sizeof(int64_t) * (size_t)capacity);
+        if (values == NULL) return -1;
+        growing->values = values;
+        growing->capacity = capacity;
+    }
+    growing->values[growing->count++] = value;
+    return 0;
+}
+
+/* [(starts, ends)] as bytearrays of int64 from pairs of growing arrays (NULL with an exception set). */
+static PyObject *interval_sets(Growing *starts, Growing *ends, Py_ssize_t count) {
+    PyObject *list = PyList_New(count);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *pair = Py_BuildValue("(NN)",
+                                       PyByteArray_FromStringAndSize((const char *)starts[k].values, starts[k].count * 8),
+                                       PyByteArray_FromStringAndSize((const char *)ends[k].values, ends[k].count * 8));
+        if (pair == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, k, pair);
+    }
+    return list;
+}
+
+static void free_growing(Growing *growing, Py_ssize_t count) {
+    if (growing == NULL) return;
+    for (Py_ssize_t k = 0; k < count; k++) free(growing[k].values);
+}
+
+#define MAX_FLAGGED_SETS 8
+#define MAX_PAINTED_SETS 16
+
+static PyObject *merge_flagged(PyObject *module, PyObject *args) {
+    PyObject *objects[3];
+    int set_count;
+    if (!PyArg_ParseTuple(args, "OOOi", &objects[0], &objects[1], &objects[2], &set_count)) return NULL;
+    if (set_count < 1 || set_count > MAX_FLAGGED_SETS) {
+        PyErr_SetString(PyExc_ValueError, "merge_flagged: 1 to 8 sets");
+        return NULL;
+    }
+    Column columns[3] = {{.held = 0}, {.held = 0}, {.held = 0}};
+    Growing starts[MAX_FLAGGED_SETS] = {{0}}, ends[MAX_FLAGGED_SETS] = {{0}};
+    PyObject *result = NULL;
+    if (get_int_column(objects[0], &columns[0], -1, 8) < 0) goto done;
+    Py_ssize_t rows = columns[0].view.len / 8;
+    if (get_int_column(objects[1], &columns[1], rows, 8) < 0) goto done;
+    if (PyObject_GetBuffer(objects[2], &columns[2].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    columns[2].held = 1;
+    if (columns[2].view.itemsize != 1 || columns[2].view.format == NULL || strcmp(columns[2].view.format, "B") != 0 ||
+        columns[2].view.len != rows) {
+        PyErr_SetString(PyExc_TypeError, "merge_flagged: the flags must be a uint8 array, one per row");
+        goto done;
+    }
+    const int64_t *ts = columns[0].view.buf, *dur = columns[1].view.buf;
+    const uint8_t *flags = columns[2].view.buf;
+    int status = 0; /* 0, 1: a set's starts are not sorted, -1: out of memory */
+    Py_BEGIN_ALLOW_THREADS;
+    int64_t running_end[MAX_FLAGGED_SETS], last_start[MAX_FLAGGED_SETS];
+    for (Py_ssize_t i = 0; i < rows && status == 0; i++) {
+        unsigned bits = flags[i] & ((1u << set_count) - 1);
+        if (!bits) continue;
+        int64_t start = ts[i], end = (int64_t)((uint64_t)start + (uint64_t)dur[i]); /* numpy's wrapping sum */
+        if (end <= start) continue; /* an empty interval: merge leaves it out */
+        for (int k = 0; bits; k++, bits >>= 1) {
+            if (!(bits & 1)) continue;
+            Py_ssize_t count = starts[k].count;
+            if (count && start < last_start[k]) { /* not sorted by start */
+                status = 1;
+                break;
+            }
+            last_start[k] = start;
+            if (count && start <= running_end[k]) { /* overlaps or touches what is open: extends it */
+                if (end > running_end[k]) running_end[k] = end;
+                continue;
+            }
+            if (count && grow_append(&ends[k], running_end[k]) < 0) status = -1;
+            if (grow_append(&starts[k], start) < 0) status = -1;
+            running_end[k] = end;
+        }
+    }
+    for (int k = 0; k < set_count && status == 0; k++)
+        if (starts[k].count && grow_append(&ends[k], running_end[k]) < 0) status = -1;
+    Py_END_ALLOW_THREADS;
+    if (status < 0) {
+        PyErr_NoMemory();
+    } else if (status > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else {
+        result = interval_sets(starts, ends, set_count);
+    }
+done:
+    for (int i = 0; i < 3; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    free_growing(starts, MAX_FLAGGED_SETS);
+    free_growing(ends, MAX_FLAGGED_SETS);
+    return result;
+}
+
+/* Whether a set is normalised: sorted, disjoint (touching allowed) and non-empty intervals. */
+static int is_normalised(const int64_t *starts, const int64_t *ends, Py_ssize_t count) {
+    for (Py_ssize_t j = 0; j < count; j++) {
+        if (ends[j] <= starts[j]) return 0;
+        if (j && starts[j] < ends[j - 1]) return 0;
+    }
+    return 1;
+}
+
+static PyObject *paint_normalised(PyObject *module, PyObject *args) {
+    PyObject *given;
+    if (!PyArg_ParseTuple(args, "O", &given)) return NULL;
+    PyObject *sets = PySequence_Fast(given, "paint_normalised: a sequence of (starts, ends) pairs");
+    if (sets == NULL) return NULL;
+    Py_ssize_t set_count = PySequence_Fast_GET_SIZE(sets);
+    Column columns[2 * MAX_PAINTED_SETS];
+    for (int i = 0; i < 2 * MAX_PAINTED_SETS; i++) columns[i].held = 0;
+    Growing starts[MAX_PAINTED_SETS] = {{0}}, ends[MAX_PAINTED_SETS] = {{0}};
+    PyObject *result = NULL;
+    if (set_count < 1 || set_count > MAX_PAINTED_SETS) {
+        PyErr_SetString(PyExc_ValueError, "paint_normalised: a window and at most 15 layers");
+        goto done;
+    }
+    const int64_t *bounds[MAX_PAINTED_SETS][2];
+    Py_ssize_t lengths[MAX_PAINTED_SETS], next[MAX_PAINTED_SETS];
+    int normalised = 1;
+    for (Py_ssize_t k = 0; k < set_count; k++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(sets, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "paint_normalised: each set is a (starts, ends) tuple");
+            goto done;
+        }
+        if (get_int_column(PyTuple_GET_ITEM(pair, 0), &columns[2 * k], -1, 8) < 0) goto done;
+        lengths[k] = columns[2 * k].view.len / 8;
+        if (get_int_column(PyTuple_GET_ITEM(pair, 1), &columns[2 * k + 1], lengths[k], 8) < 0) goto done;
+        bounds[k][0] = columns[2 * k].view.buf;
+        bounds[k][1] = columns[2 * k + 1].view.buf;
+        next[k] = 0; /* the index of the set's next bound: 2j the start of interval j, 2j + 1 its end */
+        normalised = normalised && is_normalised(bounds[k][0], bounds[k][1], lengths[k]);
+    }
+    if (!normalised) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    Py_ssize_t layers = set_count - 1;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    /* set k's bounds in order: 2j the start of its interval j, 2j + 1 its end; next[k] the first not passed */
+#define BOUND(k, i) ((i) & 1 ? bounds[k][1][(i) >> 1] : bounds[k][0][(i) >> 1])
+    unsigned covered = 0;  /* bit k: set k covers the stretch that starts at the bound just passed */
+    Py_ssize_t owner = -1; /* of the run open: a layer, `layers` (none covers it) or -1 (outside the window) */
+#define NEW_OWNER(point)                                                                                        \
+    do {                                                                                                        \
+        unsigned layer_bits = covered >> 1;                                                                     \
+        Py_ssize_t now = !(covered & 1) ? -1 : layer_bits ? (Py_ssize_t)__builtin_ctz(layer_bits) : layers;      \
+        if (now != owner) {                                                                                     \
+            if (owner >= 0 && grow_append(&ends[owner], point) < 0) failed = 1;                                 \
+            if (now >= 0 && grow_append(&starts[now], point) < 0) failed = 1;                                   \
+            owner = now;                                                                                        \
+        }                                                                                                       \
+    } while (0)
+    while (!failed) {
+        /* the set whose next bound is the lowest, and the lowest next bound of the others */
+        Py_ssize_t first = -1;
+        int64_t after = INT64_MAX;
+        int others = 0;
+        for (Py_ssize_t k = 0; k < set_count; k++) {
+            if (next[k] == 2 * lengths[k]) continue;
+            int64_t value = BOUND(k, next[k]);
+            if (first < 0 || value < BOUND(first, next[first])) {
+                if (first >= 0) {
+                    after = BOUND(first, next[first]);
+                    others = 1;
+                }
+                first = k;
+            } else if (!others || value < after) {
+                after = value;
+                others = 1;
+            }
+        }
+        if (first < 0) break;
+        /* that set's bounds below every other set's next one: only it changes there (most bounds) */
+        Py_ssize_t at = next[first], last = 2 * lengths[first];
+        while (at < last && (!others || BOUND(first, at) < after)) {
+            int64_t point = BOUND(first, at);
+            covered ^= 1u << first; /* its bounds alternate: a start (covered from here), an end (not) */
+            at++;
+            if (at < last && BOUND(first, at) == point) { /* an end and the start touching it: still covered */
+                covered ^= 1u << first;
+                at++;
+            }
+            NEW_OWNER(point);
+            if (failed) break;
+        }
+        next[first] = at;
+        if (!others || failed) continue;
+        /* then the next point: every set with a bound there, the owner once they are all passed */
+        int64_t point = INT64_MAX;
+        int any = 0;
+        for (Py_ssize_t k = 0; k < set_count; k++)
+            if (next[k] < 2 * lengths[k] && (!any || BOUND(k, next[k]) < point)) {
+                point = BOUND(k, next[k]);
+                any = 1;
+            }
+        for (Py_ssize_t k = 0; k < set_count; k++)
+            while (next[k] < 2 * lengths[k] && BOUND(k, next[k]) == point) {
+                covered ^= 1u << k;
+                next[k]++;
+            }
+        NEW_OWNER(point);
+    }
+#undef NEW_OWNER
+#undef BOUND
+    Py_END_ALLOW_THREADS;
+    if (failed)
+        PyErr_NoMemory();
+    else
+        result = interval_sets(starts, ends, set_count);
+done:
+    for (int i = 0; i < 2 * MAX_PAINTED_SETS; i++)
+        if (columns[i].held) PyBuffer_Release(&columns[i].view);
+    free_growing(starts, MAX_PAINTED_SETS);
+    free_growing(ends, MAX_PAINTED_SETS);
+    Py_DECREF(sets);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
+    {"merge_flagged", merge_flagged, METH_VARARGS,
+     "merge_flagged(ts, dur, flags, set_count) -> [(starts, ends) int64 bytearrays] per set, or None when a set's "
+     "starts are not sorted"},
+    {"paint_normalised", paint_normalised, METH_VARARGS,
+     "paint_normalised([(starts, ends), ...]) -> [(starts, ends) int64 bytearrays] per layer and the rest, or None "
+     "when a set is not normalised"},
     {"merge_aliases", merge_aliases, METH_VARARGS,
      "merge_aliases(parent, is_cpu_op, names) -> alias int64 bytearray, or None when a parent comes after its child"},
     {"merge_level", merge_level, METH_VARARGS,

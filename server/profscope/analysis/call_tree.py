@@ -27,6 +27,7 @@ Definitions (torch-tb-profiler's, ``docs/definitions.md`` §3):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -50,6 +51,37 @@ ROOT = -1  # launched from outside any op (External id 0): torch-tb-profiler's C
 UNLINKED = -2  # no launching runtime / op could be found
 
 
+class DeviceLaunches(Protocol):
+    """Device rows and the runtime call that launched each: what the steps are re-timed by (``RuntimeLaunches``,
+    or a ``CallTree``, which holds them too)."""
+
+    device_rows: np.ndarray
+    device_runtime: np.ndarray
+
+
+@dataclass(frozen=True)
+class RuntimeLaunches:
+    """Each device event (kernel, memcpy, memset) and the runtime call that launched it (the same ``correlation``;
+    the last if repeated): the first link of the call tree's, known without the nesting of the host ops."""
+
+    device_rows: np.ndarray  # event rows of kernels / memcpy / memset
+    device_runtime: np.ndarray  # launching runtime event row per device row, or NO_ID
+    runtime_rows: np.ndarray  # event rows of every runtime / driver call
+    runtime_index: np.ndarray  # per device row, its runtime call's position in runtime_rows, or NO_ID
+
+
+def runtime_launches(tables: TraceTables) -> RuntimeLaunches:
+    events = tables.events
+    kind, correlation = np.asarray(events["kind"]), np.asarray(events["correlation"])
+    runtime_rows = np.flatnonzero(is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)))
+    device_rows = np.flatnonzero(is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
+    device_correlation = correlation[device_rows]
+    runtime_correlation = correlation[runtime_rows]
+    position = match_occurrence(runtime_correlation, np.arange(len(runtime_rows)), device_correlation, NO_ID, last=True)
+    position[device_correlation == NO_ID] = NO_ID
+    return RuntimeLaunches(device_rows, lookup(runtime_rows, position, NO_ID), runtime_rows, position)
+
+
 @dataclass
 class CallTree:
     node_event: np.ndarray  # event row of each node (merged-away nodes excluded)
@@ -69,12 +101,14 @@ class CallTree:
     dropped: int  # host ops left out because they overlap their parent without nesting
 
 
-def build_call_tree(tables: TraceTables) -> CallTree:
+def build_call_tree(tables: TraceTables, launches: RuntimeLaunches | None = None) -> CallTree:
+    """``launches``: the tables' ``runtime_launches``, when they were found already (the steps need them alone)."""
     events = tables.events
     kind = np.asarray(events["kind"])
+    launches = runtime_launches(tables) if launches is None else launches
     host_rows = np.flatnonzero(is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY)))
     host_rows = host_rows[stable_argsort(np.asarray(events["track"])[host_rows])]  # by thread, (ts, -dur)
-    runtime_rows = np.flatnonzero(is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)))
+    runtime_rows = launches.runtime_rows
     parent, dropped, runtime_enclosing = _nest(host_rows, runtime_rows, events)
     is_cpu_op = kind[host_rows] == Kind.CPU_OP
     alias = _merge_single_same_name_children(parent, is_cpu_op, np.asarray(events["name"])[host_rows])
@@ -83,7 +117,8 @@ def build_call_tree(tables: TraceTables) -> CallTree:
     runtime_node = _runtime_owners(events, host_rows, parent != UNLINKED, alias, runtime_rows, runtime_enclosing)
     runtime_inside = lookup(alias, runtime_enclosing, ROOT)  # host time is taken from the op it lies in
     del runtime_enclosing, parent, alias  # each array is dropped once read for the last time: the build's peak
-    device_rows, device_runtime, device_node = _device_launches(events, runtime_rows, runtime_node)
+    device_rows, device_runtime = launches.device_rows, launches.device_runtime
+    device_node = lookup(runtime_node, launches.runtime_index, ROOT)  # the node of the runtime call that launched it
     del runtime_node
     tables.release_pages()  # the times and ids are read: only names, kinds and durations are read again
     excluded = name_rules.string_mask(
@@ -202,19 +237,6 @@ def _runtime_owners(
             & (ts[runtime_rows] + dur[runtime_rows] <= ts[candidate] + dur[candidate])
         )
     return np.where(consistent, by_external, lookup(alias, runtime_enclosing, ROOT))
-
-
-def _device_launches(
-    events: dict[str, np.ndarray], runtime_rows: np.ndarray, runtime_node: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Device rows, the runtime call that launched each (same correlation; the last if repeated), its node."""
-    kind, correlation = np.asarray(events["kind"]), np.asarray(events["correlation"])
-    device_rows = np.flatnonzero(is_one_of(kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)))
-    device_correlation = correlation[device_rows]
-    runtime_correlation = correlation[runtime_rows]
-    position = match_occurrence(runtime_correlation, np.arange(len(runtime_rows)), device_correlation, NO_ID, last=True)
-    position[device_correlation == NO_ID] = NO_ID
-    return device_rows, lookup(runtime_rows, position, NO_ID), lookup(runtime_node, position, ROOT)
 
 
 def _pass_down(

@@ -87,18 +87,31 @@ def communication_device_rows(tables: TraceTables, tree: CallTree) -> np.ndarray
     that launched it is a collective, or when its ``External id`` is a collective op's (old
     traces; torch 2.0.1 wrote the correlation id there instead, which the launch link covers).
     """
+    return with_collective_launches(tables, tree, communication_without_call_tree(tables, tree.device_rows))
+
+
+def communication_without_call_tree(tables: TraceTables, device_rows: np.ndarray) -> np.ndarray:
+    """``communication_device_rows`` without the kernels a collective op launched, which the call tree knows (the
+    Overview computes this part while the tree is built)."""
     events = tables.events
     name = np.asarray(events["name"])
     is_comm = np.zeros(len(name), dtype=bool)
     kernel_name = name_rules.string_mask(tables.strings, name_rules.is_comm_kernel)
     comm_op_name = name_rules.string_mask(tables.strings, name_rules.is_comm_op)
-    rows = tree.device_rows
-    is_comm[rows] = kernel_name[name[rows]]
-    launched = tree.device_node >= 0
-    launching_names = name[tree.node_event[tree.device_node[launched]]]
-    is_comm[rows[launched]] |= comm_op_name[launching_names]
+    is_comm[device_rows] = kernel_name[name[device_rows]]
     external = np.asarray(events["external_id"])
     comm_externals = np.unique(external[comm_op_name[name] & (external >= 0)])
     if len(comm_externals):
-        is_comm[rows] |= np.isin(external[rows], comm_externals)
+        is_comm[device_rows] |= np.isin(external[device_rows], comm_externals)
+    return is_comm
+
+
+def with_collective_launches(tables: TraceTables, tree: CallTree, is_comm: np.ndarray) -> np.ndarray:
+    """``is_comm`` (``communication_without_call_tree``), in place, with the device rows a collective op launched."""
+    name = np.asarray(tables.events["name"])
+    comm_op_name = name_rules.string_mask(tables.strings, name_rules.is_comm_op)
+    rows = tree.device_rows
+    launched = tree.device_node >= 0
+    launching_names = name[tree.node_event[tree.device_node[launched]]]
+    is_comm[rows[launched]] |= comm_op_name[launching_names]
     return is_comm

@@ -2,15 +2,23 @@
 
 An interval set is ``(starts, ends)`` of disjoint, sorted, non-empty half-open intervals. Every
 function accepts arbitrary (overlapping, unsorted) input where noted and returns a normalised set.
+
+``merge_each`` and ``paint`` run in C when the analysis extension is built (``_call_tree_sweep.c``); the numpy
+code each replaces stays, with the same results (tests/test_intervals.py compares them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import cache
 
 import numpy as np
 
+from profscope.analysis.native import call_tree_sweep
+
 IntervalSet = tuple[np.ndarray, np.ndarray]
+_native = call_tree_sweep()  # None: numpy does what it would (analysis/native.py)
+MAX_FLAGGED_SETS = 8  # merge_each's sets: one bit each of a byte per row
 
 
 def empty() -> IntervalSet:
@@ -33,6 +41,43 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
         order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], ends[order]
     return _union_sorted(starts, ends)
+
+
+def merge_each(
+    starts: np.ndarray, durations: np.ndarray, masks: Sequence[Callable[[], np.ndarray]]
+) -> list[IntervalSet]:
+    """``merge(starts[mask], starts[mask] + durations[mask])`` for the mask each of ``masks`` makes (called one at a
+    time: no mask of every row is held beside another). In C, rows sorted by start (the events table's) are read
+    once for up to 8 masks, each row's sets as the bits of a byte, without a copy of any set's times; else (or
+    when a set's starts are not sorted) each set is merged in numpy."""
+    if _native is not None and 0 < len(masks) <= MAX_FLAGGED_SETS and len(starts):
+        flags = np.zeros(len(starts), dtype=np.uint8)
+        for bit, mask_of in enumerate(masks):
+            np.bitwise_or(flags, np.uint8(1 << bit), out=flags, where=mask_of())
+        merged = _native.merge_flagged(
+            np.ascontiguousarray(starts, dtype=np.int64),
+            np.ascontiguousarray(durations, dtype=np.int64),
+            flags,
+            len(masks),
+        )
+        del flags
+        if merged is not None:
+            return _as_sets(merged)
+    return [_merge_rows(starts, durations, mask_of()) for mask_of in masks]
+
+
+def _as_sets(pairs: list[tuple[bytearray, bytearray]]) -> list[IntervalSet]:
+    """The C functions' interval sets (int64 bytearrays) as arrays, without a copy."""
+    return [(np.frombuffer(starts, dtype=np.int64), np.frombuffer(ends, dtype=np.int64)) for starts, ends in pairs]
+
+
+def _merge_rows(starts: np.ndarray, durations: np.ndarray, mask: np.ndarray) -> IntervalSet:
+    """The union of the rows ``mask`` selects: only their times are gathered."""
+    chosen = np.asarray(starts)[mask]
+    ends = np.asarray(durations)[mask]
+    del mask
+    ends += chosen
+    return merge(chosen, ends)
 
 
 def _union_sorted(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
@@ -137,12 +182,24 @@ def paint(within: IntervalSet, layers: list[IntervalSet]) -> list[IntervalSet]:
     stable sort merges), and one running sum of +/- 2**set gives, after the last bound at each point, the
     bitmask of the sets covering the segment that starts there (each normalised set covers a point 0 or 1
     times). The bounds are sorted by value alone: the order of equal bounds does not change the sum after the
-    last of them."""
+    last of them. In C (``paint_normalised``) the same sweep reads each set's bounds in order, already sorted,
+    without a sort, a key per bound or a mask per segment."""
     if len(layers) > MAX_LAYERS:
         raise ValueError(f"paint takes at most {MAX_LAYERS} layers")
     sets = [within, *layers]
     if len(within[0]) == 0:
         return [empty() for _ in range(len(layers) + 1)]
+    if _native is not None:
+        as_int64 = [(np.ascontiguousarray(a, dtype=np.int64), np.ascontiguousarray(b, dtype=np.int64)) for a, b in sets]
+        shares = _native.paint_normalised(as_int64)
+        if shares is not None:
+            return _as_sets(shares)
+    return _paint_sorting_bounds(sets)
+
+
+def _paint_sorting_bounds(sets: list[IntervalSet]) -> list[IntervalSet]:
+    """``paint``'s sweep in numpy: every bound sorted, the coverage after each (``_sorted_bounds_and_coverage``)."""
+    layers = sets[1:]
     points, mask = _sorted_bounds_and_coverage(sets)
     is_last = _last_of_each_value(points)
     unique_points = points[is_last]

@@ -2,8 +2,8 @@
 
 It is optional: an install without a C compiler has none, and a checkout updated without rebuilding it (``pip
 install -e .``) has one built from older source, without the newer functions. Either way the numpy code each
-function replaces runs, with identical results (tests/test_call_tree_sweep.py, tests/test_timeline.py), only
-slower; an outdated build is said once in the log.
+function replaces runs, with identical results (tests/test_call_tree_sweep.py, tests/test_timeline.py,
+tests/test_intervals.py), only slower; an outdated build is said once in the log.
 """
 
 from __future__ import annotations
@@ -12,7 +12,17 @@ import logging
 from functools import cache
 from types import ModuleType
 
-FUNCTIONS = ("sweep", "nest_in_row_order", "tree_down", "tree_up", "merge_aliases", "lane_depths", "merge_level")
+FUNCTIONS = (
+    "sweep",
+    "nest_in_row_order",
+    "tree_down",
+    "tree_up",
+    "merge_aliases",
+    "lane_depths",
+    "merge_level",
+    "merge_flagged",
+    "paint_normalised",
+)
 
 
 @cache

@@ -15,59 +15,83 @@ from typing import Any
 import numpy as np
 
 from profscope.analysis import intervals, name_rules
-from profscope.analysis.arrays import is_one_of
+from profscope.analysis.arrays import is_one_of, unique_values
 from profscope.analysis.call_tree import CallTree
 from profscope.analysis.context import TraceContext
 from profscope.analysis.device_activity import (
     UNDESCRIBED,
     busy_by_device,
     communication_device_rows,
+    communication_without_call_tree,
     device_descriptions,
     device_kernels,
+    with_collective_launches,
 )
 from profscope.analysis.payloads import payload
 from profscope.analysis.steps import Steps, find_steps
 from profscope.tables import Kind, TraceTables
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+_COMM_OP, _DATALOADER, _STEP_RANGE, _NOT_HOST = 1, 2, 4, 8  # what an event's name says (_intervals_without_call_tree)
+_NAME_BITS = (
+    (_COMM_OP, name_rules.is_comm_op),
+    (_DATALOADER, name_rules.is_dataloader),
+    (_STEP_RANGE, name_rules.is_step_range),
+)
 NS_PER_US = 1000.0
 
 
 def category_intervals(tables: TraceTables, tree: CallTree) -> dict[str, intervals.IntervalSet]:
     """The merged time ranges of each breakdown category, before priorities are applied."""
+    return _with_kernel_intervals(tables, communication_device_rows(tables, tree), _intervals_without_call_tree(tables))
+
+
+def _intervals_without_call_tree(tables: TraceTables) -> dict[str, intervals.IntervalSet]:
+    """The categories the call tree does not decide: all but the kernels (communication or not), and the host side
+    of communication (``host_communication``)."""
     events = tables.events
     kind = np.asarray(events["kind"])
     ts, dur = np.asarray(events["ts_ns"]), np.asarray(events["dur_ns"])
-    name = np.asarray(events["name"])
     strings = tables.strings
-    comm_kernel = communication_device_rows(tables, tree)
-    comm_op_name = name_rules.string_mask(strings, name_rules.is_comm_op)
-    dataloader_name = name_rules.string_mask(strings, name_rules.is_dataloader)
-    step_name = name_rules.string_mask(strings, name_rules.is_step_range)
+    # each event's name as the bits of a byte, found once (one gather of every event, not one per mask)
+    name_bits = np.zeros(len(strings), dtype=np.uint8)
+    for bit, rule in _NAME_BITS:
+        name_bits[name_rules.string_mask(strings, rule)] |= bit
     host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
-    kernel = kind == Kind.KERNEL
+    host_name = np.where(host, np.uint8(0), np.uint8(_NOT_HOST))
+    del host
+    host_name |= name_bits[np.asarray(events["name"])]  # a host event's name bits; _NOT_HOST on any other
+    del name_bits
     masks = {  # one mask of every event at a time, each made as its category comes
-        "kernel": lambda: kernel & ~comm_kernel,
         "memcpy": lambda: kind == Kind.MEMCPY,
         "memset": lambda: kind == Kind.MEMSET,
-        "communication": lambda: (kernel & comm_kernel) | (host & comm_op_name[name]),
+        "host_communication": lambda: (host_name & (_NOT_HOST | _COMM_OP)) == _COMM_OP,
         "runtime": lambda: is_one_of(kind, (Kind.RUNTIME, Kind.DRIVER)),
-        "dataloader": lambda: host & dataloader_name[name],
-        "cpu_exec": lambda: host & ~dataloader_name[name] & ~step_name[name] & ~comm_op_name[name],
+        "dataloader": lambda: (host_name & (_NOT_HOST | _DATALOADER)) == _DATALOADER,
+        "cpu_exec": lambda: host_name == 0,  # a host event not named as data loading, a step or communication
     }
-    result = {}
-    for category, mask_of in masks.items():  # each category's ends alone: no end time of every event at once
-        mask = mask_of()
-        starts = ts[mask]
-        ends = dur[mask]
-        del mask
-        ends += starts
-        result[category] = intervals.merge(starts, ends)
-    return result
+    # each category's ends alone: no end time of every event at once
+    return dict(zip(masks, intervals.merge_each(ts, dur, list(masks.values())), strict=True))
 
 
-def step_breakdown(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
-    ranges = category_intervals(tables, tree)
+def _with_kernel_intervals(
+    tables: TraceTables, comm_device: np.ndarray, without_tree: dict[str, intervals.IntervalSet]
+) -> dict[str, intervals.IntervalSet]:
+    """Every category, in ``CATEGORIES`` order: ``without_tree``'s and the kernels', communication or not as
+    ``comm_device`` says (``communication_device_rows``); communication's ranges are the union of both sides'."""
+    events = tables.events
+    kernel_rows = np.flatnonzero(np.asarray(events["kind"]) == Kind.KERNEL)
+    comm = comm_device[kernel_rows]
+    ts, dur = np.asarray(events["ts_ns"])[kernel_rows], np.asarray(events["dur_ns"])[kernel_rows]
+    kernel, kernel_comm = intervals.merge_each(ts, dur, [lambda: ~comm, lambda: comm])
+    host_comm = without_tree["host_communication"]
+    communication = intervals.merge(*(np.concatenate(sides) for sides in zip(host_comm, kernel_comm, strict=True)))
+    every = {**without_tree, "kernel": kernel, "communication": communication}
+    return {category: every[category] for category in CATEGORIES}
+
+
+def step_breakdown(ranges: dict[str, intervals.IntervalSet], steps: Steps) -> list[dict[str, Any]]:
+    """Each step's time by category (``ranges``: ``category_intervals``)."""
     shares = intervals.paint(intervals.merge(steps.starts_ns, steps.ends_ns), [ranges[c] for c in CATEGORIES])
     assigned = dict(zip((*CATEGORIES, "other"), shares, strict=True))
     per_category = {
@@ -91,7 +115,7 @@ def average_breakdown(step_rows: list[dict[str, Any]]) -> dict[str, float]:
     return {key: sum(row[key] for row in step_rows) / count for key in keys}
 
 
-def gpu_summary(tables: TraceTables, tree: CallTree, steps: Steps) -> list[dict[str, Any]]:
+def gpu_summary(tables: TraceTables, steps: Steps) -> list[dict[str, Any]]:
     """Per GPU: utilization, est. SM efficiency, est. achieved occupancy, tensor-core kernel time."""
     kernels = tables.table("kernels")
     events = tables.events
@@ -156,9 +180,10 @@ def environment(tables: TraceTables) -> dict[str, Any]:
 
 
 def recommendations(
-    tables: TraceTables, tree: CallTree, average: dict[str, float], gpus: list[dict[str, Any]]
+    tables: TraceTables, tree: CallTree, average: dict[str, float], gpus: list[dict[str, Any]], names_used: set[str]
 ) -> list[str]:
-    """torch-tb-profiler's rule-based recommendations (``docs/definitions.md`` §2.4), plain text."""
+    """torch-tb-profiler's rule-based recommendations (``docs/definitions.md`` §2.4), plain text; ``names_used``:
+    ``event_names``."""
     advice: list[str] = []
     total = average.get("total_us") or 0.0
     if total > 0 and average["dataloader_us"] / total > 0.05:
@@ -167,7 +192,6 @@ def recommendations(
             "of the step time is in DataLoader. You could try to set num_workers on DataLoader's construction "
             "and enable multi-processes on data loading."
         )
-    names_used = {tables.strings[int(i)] for i in np.unique(np.asarray(tables.events["name"]))}
     if "DataParallel.forward" in names_used and len(gpus) > 1:
         advice.append(
             "It is recommended to use DistributedDataParallel instead of DataParallel to do multi-GPU training."
@@ -199,6 +223,11 @@ def recommendations(
         if total_kernel > 0 and tc_used == 0 and eligible_ratio > 0:
             advice.append(matrix_core_advice(eligible_ratio, name_rules.low_precisions(sorted(names_used))))
     return advice
+
+
+def event_names(tables: TraceTables) -> set[str]:
+    """The names of the trace's events."""
+    return {tables.strings[int(i)] for i in unique_values(np.asarray(tables.events["name"]))}
 
 
 def matrix_core_advice(eligible_ratio: float, precisions: list[str]) -> str:
@@ -271,27 +300,31 @@ def _recording_mode_notes(tables: TraceTables) -> list[str]:
     return []
 
 
-def build_overview(tables: TraceTables, tree: CallTree, steps: Steps) -> dict[str, Any]:
-    step_rows = step_breakdown(tables, tree, steps)
+def build_overview(context: TraceContext, steps: Steps) -> dict[str, Any]:
+    """The Overview with ``steps`` as the steps. The call tree is asked for (``context.tree``) once what needs none
+    is done: the worker builds it on another thread meanwhile (``parallel_queries.TreeBuilding``)."""
+    tables = context.tables
+    gpus = gpu_summary(tables, steps)
+    without_tree = _intervals_without_call_tree(tables)
+    comm_device = communication_without_call_tree(tables, context.launches.device_rows)
+    names_used = event_names(tables)
+    memory_advice = memory_peak_recommendation(peak_allocated_by_device(tables), tables)
+    notes = steps.notes + _recording_mode_notes(tables)
+    run_environment, step_ranges = environment(tables), step_range_candidates(tables)
+    tree = context.tree
+    ranges = _with_kernel_intervals(tables, with_collective_launches(tables, tree, comm_device), without_tree)
+    step_rows = step_breakdown(ranges, steps)
     average = average_breakdown(step_rows)
-    gpus = gpu_summary(tables, tree, steps)
-    advice = recommendations(tables, tree, average, gpus)
-    advice += memory_peak_recommendation(peak_allocated_by_device(tables), tables)
+    dropped = f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."
     return {
-        "environment": environment(tables),
+        "environment": run_environment,
         "steps": step_rows,
         "average": average,
         "gpus": gpus,
-        "recommendations": advice,
-        "notes": steps.notes
-        + _recording_mode_notes(tables)
-        + (
-            [f"{tree.dropped} host ops overlap their parent without nesting and were left out of the call tree."]
-            if tree.dropped
-            else []
-        ),
+        "recommendations": recommendations(tables, tree, average, gpus, names_used) + memory_advice,
+        "notes": notes + ([dropped] if tree.dropped else []),
         "steps_from_profiler_steps": steps.from_profiler_steps,
-        "step_ranges": step_range_candidates(tables),
+        "step_ranges": step_ranges,
     }
 
 
@@ -321,10 +354,10 @@ def step_range_candidates(tables: TraceTables) -> list[dict[str, Any]]:
 def overview_for_step_range(context: TraceContext, step_range: str) -> dict[str, Any]:
     """The Overview with the host ranges named ``step_range`` as the steps (``docs/definitions.md`` §15);
     ValueError when there are none."""
-    steps = find_steps(context.tables, context.tree, step_range)
-    return {**build_overview(context.tables, context.tree, steps), "step_range": step_range}
+    steps = find_steps(context.tables, context.launches, step_range)
+    return {**build_overview(context, steps), "step_range": step_range}
 
 
 @payload("overview", version=3, first=True)
 def overview_payload(context: TraceContext) -> dict[str, Any]:
-    return build_overview(context.tables, context.tree, context.steps)
+    return build_overview(context, context.steps)

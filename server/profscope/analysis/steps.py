@@ -19,7 +19,7 @@ import numpy as np
 
 from profscope.analysis import name_rules
 from profscope.analysis.arrays import is_one_of
-from profscope.analysis.call_tree import CallTree
+from profscope.analysis.call_tree import DeviceLaunches
 from profscope.tables import Kind, TraceTables
 
 
@@ -38,7 +38,9 @@ class Steps:
         return int(self.starts_ns[0]), int(self.ends_ns[-1])
 
 
-def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = None) -> Steps:
+def find_steps(tables: TraceTables, launches: DeviceLaunches, step_range: str | None = None) -> Steps:
+    """``launches``: the device rows and the runtime call that launched each (``call_tree.runtime_launches``; the
+    call tree holds them too)."""
     events = tables.events
     kind = np.asarray(events["kind"])
     ts = np.asarray(events["ts_ns"])
@@ -46,7 +48,7 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
     host = is_one_of(kind, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON_LEGACY))
     notes: list[str] = []
     if step_range is not None:
-        return _steps_of_named_ranges(tables, tree, step_range, host)
+        return _steps_of_named_ranges(tables, launches, step_range, host)
     step_name_mask = name_rules.string_mask(tables.strings, name_rules.is_profiler_step)
     candidates = np.flatnonzero(host & step_name_mask[name])
     if not len(candidates):
@@ -77,7 +79,7 @@ def find_steps(tables: TraceTables, tree: CallTree, step_range: str | None = Non
         from_steps = False
         notes.append("No ProfilerStep#N events: the whole trace is treated as one step.")
 
-    starts, ends, keep = _retime_to_device(tables, tree, host_starts, host_ends)
+    starts, ends, keep = _retime_to_device(tables, launches, host_starts, host_ends)
     if keep < len(step_names):
         notes.append(
             f"The last {len(step_names) - keep} step(s) were left out: they launched fewer device activities "
@@ -104,7 +106,7 @@ def _examples(tables: TraceTables, name_ids: np.ndarray) -> str:
     return ", ".join(repr(tables.strings[int(i)]) for i in unique[:3]) + (", ..." if len(unique) > 3 else "")
 
 
-def _steps_of_named_ranges(tables: TraceTables, tree: CallTree, step_range: str, host: np.ndarray) -> Steps:
+def _steps_of_named_ranges(tables: TraceTables, launches: DeviceLaunches, step_range: str, host: np.ndarray) -> Steps:
     """Steps from every host range named ``step_range``, numbered 1.. in time order (the user's pick)."""
     events = tables.events
     name_id = tables.strings.lookup(step_range)
@@ -112,7 +114,7 @@ def _steps_of_named_ranges(tables: TraceTables, tree: CallTree, step_range: str,
     if not len(rows):
         raise ValueError(f"no host range is named {step_range!r}")
     host_starts, host_ends = np.asarray(events["ts_ns"])[rows], _ends(events, rows)
-    starts, ends, keep = _retime_to_device(tables, tree, host_starts, host_ends)
+    starts, ends, keep = _retime_to_device(tables, launches, host_starts, host_ends)
     names = [str(i + 1) for i in range(keep)]
     return Steps(
         names=names,
@@ -126,14 +128,14 @@ def _steps_of_named_ranges(tables: TraceTables, tree: CallTree, step_range: str,
 
 
 def _retime_to_device(
-    tables: TraceTables, tree: CallTree, host_starts: np.ndarray, host_ends: np.ndarray
+    tables: TraceTables, launches: DeviceLaunches, host_starts: np.ndarray, host_ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, int]:
     events = tables.events
     ts = np.asarray(events["ts_ns"])
     step_count = len(host_starts)
-    launched = tree.device_runtime >= 0
-    device_rows = tree.device_rows[launched]
-    runtime_rows = tree.device_runtime[launched]
+    launched = launches.device_runtime >= 0
+    device_rows = launches.device_rows[launched]
+    runtime_rows = launches.device_runtime[launched]
     # a runtime call belongs to the step that contains it entirely
     step_of = np.searchsorted(host_starts, ts[runtime_rows], side="right") - 1
     inside = (step_of >= 0) & (_ends(events, runtime_rows) <= host_ends[np.maximum(step_of, 0)])
@@ -150,9 +152,9 @@ def _retime_to_device(
     previous_end = int(host_starts[0])
     if matched_count[0] > 0:
         # device work launched before the first step that finished before its kernels started
-        unmatched = np.ones(len(tree.device_rows), dtype=bool)
+        unmatched = np.ones(len(launches.device_rows), dtype=bool)
         unmatched[np.flatnonzero(launched)[inside]] = False
-        unmatched_ends = _ends(events, tree.device_rows[unmatched])
+        unmatched_ends = _ends(events, launches.device_rows[unmatched])
         earlier = unmatched_ends[unmatched_ends < device_min_start[0]]
         if len(earlier):
             previous_end = max(previous_end, int(earlier.max()))

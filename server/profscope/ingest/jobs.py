@@ -47,7 +47,7 @@ from profscope.ingest.malloc_tuning import map_large_arrays_directly, objects_fr
 from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.parallel_decode import SpeculationFailed
-from profscope.ingest.parallel_queries import compute_views, job_names, stored_name
+from profscope.ingest.parallel_queries import TreeBuilding, compute_views, job_names, stored_name, two_cores
 from profscope.ingest.request import ALL, FIRST, REST, IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
@@ -181,25 +181,29 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     parse_s = time.perf_counter() - started
     release_freed_memory()  # the parse's millions of short-lived objects: give their pages back
     phase_s: dict[str, float] = {}
-    mark = time.perf_counter()
-    tables.save(cache.tables_dir(request.cache_key))
-    phase_s["save_tables"] = time.perf_counter() - mark
-    facts = _parse_facts(request, tables)
-    tables = tables.mapped_from(cache.tables_dir(request.cache_key))
-    progress: dict[str, Any] = {"facts": facts, "views": []}  # the manifest: results listed as they are written
-    cache.write_progress(request.cache_key, progress)
+    progress: dict[str, Any] = {"facts": _parse_facts(request, tables), "views": []}  # results listed once written
 
     def written(stored_name: str) -> None:
         progress["views"].append(stored_name)
         cache.write_progress(request.cache_key, progress)
 
-    view_errors, by_helper = compute_views(cache, request, tables, phase_s, written)
+    # on two cores the call tree, which nearly every view reads, is built on a thread from the tables in memory while
+    # they are saved, and while the first view is computed (parallel_queries.TreeBuilding)
+    with TreeBuilding.started(tables) if two_cores(request) else contextlib.nullcontext() as building:
+        mark = time.perf_counter()
+        tables.save(cache.tables_dir(request.cache_key))
+        phase_s["save_tables"] = time.perf_counter() - mark
+        tables = tables.mapped_from(cache.tables_dir(request.cache_key))
+        if building is not None:
+            building.read_saved(tables)
+        cache.write_progress(request.cache_key, progress)
+        view_errors, by_helper = compute_views(cache, request, tables, phase_s, written, building=building)
     timings = {**ingest_timings(started, parse_s, phase_s, view_errors), "views_by_helper": by_helper}
     if request.stage == FIRST:  # the entry stays unfinished: its other views come with a REST request
         progress["first_stage"] = timings
         cache.write_progress(request.cache_key, progress)
         return {"rest_later": True}
-    summary = {**facts, **timings}
+    summary = {**progress["facts"], **timings}
     cache.write_summary(request.cache_key, summary)
     return summary
 

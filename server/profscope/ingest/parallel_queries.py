@@ -1,11 +1,13 @@
 """Compute a parsed trace's views on two cores: a forked helper takes jobs from the same list as the worker.
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
-they are independent of each other. Once the tables are saved the worker forks a child for the timeline index,
-which needs no call tree, and builds the call tree and steps that nearly every query reads; then, before its
-own first job, it forks again: that child shares the tables, the tree and every import (copy on write: nothing is
-loaded or computed twice), waits for the timeline child to end, and from then on both take the next job of one
-ordered list through a shared counter: the ``first`` queries, then the others as declared. The child writes each
+they are independent of each other. The call tree, which nearly every query reads, is built on a thread
+(``TreeBuilding``: from the events table still in memory, started as soon as the parse is done) while the worker
+saves the tables and runs its first job, the Overview, which computes what needs no tree first. Once both are done
+the worker forks a child for the timeline index, which needs no call tree, and a second child, which shares the
+tables, the tree and every import (copy on write: nothing is loaded or computed twice), waits for the timeline
+child to end, and from then on takes, as the worker does, the next job of one ordered list through a shared
+counter: the ``first`` queries, then the others as declared. The child writes each
 result into the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
 answers as soon as its own result is written.
 
@@ -20,8 +22,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_processes
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,7 @@ from profscope.ingest.malloc_tuning import freed_heap_set_aside, objects_frozen_
 from profscope.ingest.request import FIRST, REST, IngestRequest, held_for_tests
 
 if TYPE_CHECKING:
+    from profscope.analysis.call_tree import CallTree, RuntimeLaunches
     from profscope.analysis.context import TraceContext
     from profscope.tables import TraceTables
 
@@ -65,13 +70,35 @@ class ViewJobs:
         self.tables = tables
         self.context: TraceContext = TraceContext(tables)
         self.queries = {q.name: q for q in request.queries}
+        self.tree_s = 0.0
 
-    def shared_structures(self) -> None:
-        """Build what nearly every query reads (the call tree, the steps) before the fork, so it is built once.
-        A failure here is left to the queries, which report it."""
-        with contextlib.suppress(Exception):
-            self.context.steps  # noqa: B018 - builds the tree too
-        self.tables.release_pages()  # the helper forked next would hold the pages they read too
+    @contextlib.contextmanager
+    def tree_meanwhile(self, building: TreeBuilding) -> Iterator[None]:
+        """Meanwhile the call tree, which nearly every query reads, is built on ``building``'s thread, and
+        ``context.tree`` waits for it: the job run meanwhile computes what needs no tree first (the Overview does:
+        ``overview.build_overview``). On leaving, the thread has ended, so that a fork may follow, and the tree and
+        the steps are built, before the fork, so once. A failure is left to the queries, which report it."""
+        self.context = self.context_of(building)
+        try:
+            yield
+        finally:
+            building.join()
+            self.tree_s = building.seconds
+            with contextlib.suppress(Exception):
+                self.context.steps  # noqa: B018
+                self.context.tree  # noqa: B018
+            # the jobs that follow read the saved tables: the tables in memory and the launches, held by the
+            # building for the jobs run meanwhile, go
+            self.context = self.context.on(self.tables)
+            building.release()
+            self.tables.release_pages()  # the helper forked next would hold the pages they read too
+
+    def context_of(self, building: TreeBuilding) -> TraceContext:
+        """A context whose call tree and launches are ``building``'s, over the tables it holds (in memory) if any."""
+        from profscope.analysis.context import TraceContext
+
+        tables, launches = building.tables or self.tables, building.launches
+        return TraceContext(tables, tree=building.tree.result, launches=launches.result if launches else None)
 
     def release(self) -> None:
         """Drop the call tree and every shared structure: what comes next (the timeline index) needs the room."""
@@ -111,6 +138,67 @@ class ViewJobs:
             error = f"{type(exc).__name__}: {exc}"
             self.cache.write_view(self.request.cache_key, TIMELINE, {"error": error})
             return error
+
+
+class TreeBuilding:
+    """The call tree, and the runtime launches the steps need, built on a thread from ``tables`` (its C loops and
+    numpy's gathers and sorts release the GIL), which it holds until then. Started by the worker on the tables a
+    parse left in memory, it is built while they are saved (``jobs.run_ingest``) and while the first job computes
+    what needs no tree (``ViewJobs.tree_meanwhile``); no process is forked until it has ended."""
+
+    def __init__(self, tables: TraceTables) -> None:
+        self.tables: TraceTables | None = tables  # what the jobs run meanwhile read too (ViewJobs.tree_meanwhile)
+        self.launches: Future[RuntimeLaunches] | None = Future()
+        self.tree: Future[CallTree] = Future()
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._build, args=(tables,), name="profscope-call-tree", daemon=True)
+        self._thread.start()
+
+    def _build(self, tables: TraceTables) -> None:
+        from profscope.analysis.call_tree import build_call_tree, runtime_launches
+
+        mark = time.perf_counter()
+        found = self.launches
+        try:
+            launches = runtime_launches(tables)
+            found.set_result(launches)
+            self.tree.set_result(build_call_tree(tables, launches))
+        except Exception as exc:  # the queries that read them report it
+            for future in (found, self.tree):
+                if not future.done():
+                    future.set_exception(exc)
+        self.seconds = time.perf_counter() - mark
+
+    def read_saved(self, saved: TraceTables) -> None:
+        """The tables are saved (``saved``: read from their files): from here every table but the events, which
+        the tree reads, is read from its files, by the thread and the jobs run meanwhile alike (the tables in
+        memory are changed in place, the thread's too). The columns in memory go: each would stay resident beside
+        its mapped copy."""
+        if self.tables is not None:
+            for name, columns in saved.columns.items():
+                if name != "events":
+                    self.tables.columns[name] = columns
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def release(self) -> None:
+        """Drop what the building held for the jobs run meanwhile: the tables in memory, the launches (the steps
+        are found: ~13 MB of nsres_x1GB)."""
+        self.tables = None
+        self.launches = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, tables: TraceTables) -> Iterator[TreeBuilding]:
+        """A building of ``tables``' tree, joined on leaving (whatever happened meanwhile: no fork while it runs)."""
+        building = cls(tables)
+        del tables  # held by the building alone: the tables in memory go once the tree and the first job are done
+        try:
+            yield building
+        finally:
+            building.join()
+            building.release()
 
 
 class Counter:
@@ -203,11 +291,13 @@ def compute_views(
     phase_s: dict[str, float],
     on_written: Callable[[str], None],
     names: list[str] | None = None,
+    building: TreeBuilding | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """Compute and write the jobs ``names`` (default: those of the request's stage); ``on_written(stored name)``
     is called for each result once it is written (in either process). Returns the errors by job name and the
     jobs the helper did. Meanwhile the heap the parse freed is set aside (``freed_heap_set_aside``): the large
-    arrays of the call tree, the timeline index and the queries get mappings of their own, in every process."""
+    arrays of the call tree, the timeline index and the queries get mappings of their own, in every process.
+    ``building``: the call tree, started on a thread already (on two cores, by the worker that parsed)."""
     with freed_heap_set_aside() as heap:
         names = job_names(request) if names is None else names
         every_job = list(names)
@@ -236,14 +326,20 @@ def compute_views(
                 counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
             except OSError:  # no shared memory for its lock here (a container without /dev/shm): one core it is
                 second = False
+        if building is not None and not second:  # no second core after all (no shared memory): its tree, once built
+            building.join()
+            local.context = local.context_of(building).on(tables)
+            building.release()
         if second:
-            if timeline_last:  # needs no call tree: a first child builds it while this process builds the tree
+            # no fork meanwhile: the tree's thread runs (a child would hold what its frames hold, for good), and
+            # the arrays of the tree and of the first job reuse the heap's pages
+            with heap.reused(), local.tree_meanwhile(building or TreeBuilding(tables)):
+                if counter.peek() < len(names):  # the first job (the Overview's) while the tree is built
+                    record(local.run(names[counter.take()]))
+            phase_s["call_tree"] = local.tree_s
+            if timeline_last:  # needs no call tree: a child builds it while this process computes the queries
                 helpers += _fork(local, [TIMELINE], Counter())
                 timeline_child, timeline_last = (helpers[0], False) if helpers else (None, True)
-            mark = time.perf_counter()
-            with heap.reused():  # no fork meanwhile: the timeline child is forked, the query helper not yet
-                local.shared_structures()
-            phase_s["call_tree"] = time.perf_counter() - mark
             # the child that shares the queries is forked now, between two jobs of this process, and takes its first
             # job once the timeline child is done: two processes at most compute at a time, so the peak memory is
             # that of two (the tables and the tree are shared, the temporaries are not). Forked while a job ran (as

@@ -53,6 +53,9 @@ class FileState(Strict):
     bytes_total: int
     progress: Number
     message: str | None
+    seen_at: Number | None = Field(
+        description="When this server first listed the file (Unix time, s; a changed file is listed anew)"
+    )
 
 
 class TraceFileState(FileState):
