@@ -6,6 +6,8 @@ import gc
 import gzip
 import io
 import multiprocessing
+import socket
+import threading
 import weakref
 
 import numpy as np
@@ -155,6 +157,78 @@ def test_the_finish_frees_each_chunk_once_joined(monkeypatch: pytest.MonkeyPatch
     assert tables.meta["pieces"]["decoded_by_second_process"] > 0 and parts  # the other process's part was merged
     assert len(watched) > 100  # chunks of both processes
     assert alive_when_sorted == [0]
+
+
+def _arrays_in(value: object) -> list[np.ndarray]:
+    if isinstance(value, np.ndarray):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    return [array for item in value for array in _arrays_in(item)] if isinstance(value, list) else []
+
+
+def test_the_helper_frees_each_array_of_its_tables_once_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper's partial tables (~150 MB of a 1 GB trace) stood whole in it while the parsing process received
+    its copy: the parse's peak. Each array is freed once sent, and the heap pages of those sent are handed back as
+    the sending goes (the helper in a thread here, fed pieces through a socket pair as the parsing process does)."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": 1, "tid": i % 3, "ts": i, "dur": 1,
+         "args": {"External id": i}}
+        for i in range(300)
+    ]  # fmt: skip
+    pieces = [orjson.dumps(events[start : start + 50]) for start in range(0, len(events), 50)]
+    watched: list[weakref.ref] = []
+    partial = kineto.TableBuilder.partial
+
+    def partial_watched(builder: kineto.TableBuilder) -> dict:
+        part = partial(builder)
+        watched.extend(weakref.ref(array) for array in _arrays_in(part))
+        return part
+
+    alive_at_send: list[int] = []  # once the partial tables exist: at each message sent (the head, then each array)
+    alive_at_trim: list[int] = []
+    send_bytes = parallel_decode.Channel.send_bytes
+
+    def send_counted(channel: parallel_decode.Channel, data: bytes | memoryview) -> None:
+        if watched:
+            alive_at_send.append(sum(ref() is not None for ref in watched))
+        send_bytes(channel, data)
+
+    monkeypatch.setattr(kineto.TableBuilder, "partial", partial_watched)
+    monkeypatch.setattr(parallel_decode.Channel, "send_bytes", send_counted)
+    monkeypatch.setattr(parallel_decode, "TRIM_EVERY_BYTES", 1024)
+    monkeypatch.setattr(
+        parallel_decode, "trim_freed_heap", lambda: alive_at_trim.append(sum(ref() is not None for ref in watched))
+    )
+    parsing_end, helper_end = (parallel_decode.Channel(end) for end in socket.socketpair())
+    received: list[object] = []
+
+    def parsing_process() -> None:
+        for index, piece in enumerate(pieces):
+            parsing_end.send_bytes(index.to_bytes(8, "little"))
+            parsing_end.send_bytes(piece)
+        parsing_end.send_bytes(b"")
+        while not (isinstance(message := parsing_end.recv(), dict) and "partial" in message):
+            pass
+        received.append(message)
+
+    sender = threading.Thread(target=parsing_process)
+    sender.start()
+    collecting = gc.isenabled()
+    try:
+        parallel_decode._decode_pieces(helper_end, KINETO_PIECES, True)
+    finally:
+        if collecting:
+            gc.enable()  # the helper's function turns the collection off for its process
+    sender.join()
+    parsing_end.close()
+    helper_end.close()
+    assert received and received[0]["partial"]["rows"] == len(events)
+    arrays = len(watched)
+    assert arrays > 20  # every column's chunk, the times, the file order, where each string was first seen
+    # the head, then each array: those sent before it already freed
+    assert alive_at_send == [arrays, *range(arrays, 0, -1)]
+    assert len(alive_at_trim) > 1 and alive_at_trim == sorted(alive_at_trim, reverse=True) and alive_at_trim[-1] == 0
 
 
 def test_a_helper_forked_for_a_trace_that_stays_small_leaves_when_the_parse_ends() -> None:

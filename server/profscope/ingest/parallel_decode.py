@@ -31,8 +31,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from profscope.ingest.json_stream import TraceFormatError, decode_replacing_non_utf8, failed_on_utf8
-from profscope.ingest.malloc_tuning import keep_heap_for_pieces, objects_frozen_for_fork
+from profscope.ingest.malloc_tuning import keep_heap_for_pieces, objects_frozen_for_fork, trim_freed_heap
 
 START_AFTER_PIECES = 4  # small traces never pay for starting a process
 # This process also inflates, cuts and sends every piece, merges and sorts at the end: it decodes
@@ -48,6 +50,7 @@ _FREED = "freed"
 _READY = "ready"
 _SYNC = b"sync"  # asks the helper to answer once it has decoded every piece sent before
 _SYNCED = "synced"
+TRIM_EVERY_BYTES = 16 << 20  # Channel.send_pickled: the sent arrays' heap pages go back to the kernel this often
 _DIED = "the process decoding part of this trace died (out of memory?)"
 
 
@@ -56,6 +59,12 @@ class SpeculationFailed(Exception):
 
     Not a ``TraceFormatError``: the file may be fine (a cut fell inside a string), so no caller
     may record it as the file's error."""
+
+
+def pickled(message: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """``message`` pickled (protocol 5), and the buffers of its arrays, out of band (``Channel.send_pickled``)."""
+    buffers: list[pickle.PickleBuffer] = []
+    return pickle.dumps(message, protocol=5, buffer_callback=buffers.append), buffers
 
 
 class Channel:
@@ -104,20 +113,36 @@ class Channel:
         self.sock.sendall(data)
 
     def recv_bytes(self, into: bytearray | None = None) -> memoryview:
-        """The next message, in ``into`` (grown if too small) or in a buffer of its own."""
+        """The next message, in ``into`` (grown if too small) or in a buffer of its own, not zeroed first: a
+        ``bytearray`` is, and the helper's partial tables (~150 MB at 1 GB, in ~3000 buffers) were written twice."""
         size = int.from_bytes(self._receive_exactly(memoryview(bytearray(8))), "little")
-        buffer = bytearray(size) if into is None else into
-        if len(buffer) < size:
-            buffer.extend(bytes(size - len(buffer)))
-        with memoryview(buffer) as view:
+        if into is None:
+            return self._receive_exactly(memoryview(np.empty(size, dtype=np.uint8)))
+        if len(into) < size:
+            into.extend(bytes(size - len(into)))
+        with memoryview(into) as view:
             return self._receive_exactly(view[:size])
 
     def send(self, message: Any) -> None:
-        buffers: list[pickle.PickleBuffer] = []
-        head = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+        self.send_pickled(*pickled(message))
+
+    def send_pickled(self, head: bytes, buffers: list[pickle.PickleBuffer]) -> None:
+        """A message as ``pickled`` gives it. ``buffers`` is emptied as they are sent: an array that nothing else
+        holds is freed once sent, and the heap pages of those sent are handed back every ``TRIM_EVERY_BYTES`` (the
+        helper's partial tables, ~150 MB of chunks under the mapping threshold at 1 GB, otherwise stood whole in
+        the helper while the parsing process received its copy: the parse's peak)."""
         self.send_bytes(len(buffers).to_bytes(8, "little") + head)
-        for buffer in buffers:
-            self.send_bytes(buffer.raw())
+        buffers.reverse()  # popped from the end: sent in order, and no longer held once sent
+        untrimmed = 0
+        while buffers:
+            buffer = buffers.pop()
+            with buffer.raw() as data:
+                self.send_bytes(data)
+                untrimmed += data.nbytes
+            buffer.release()  # its array, if nothing else holds it
+            if untrimmed >= TRIM_EVERY_BYTES or (untrimmed and not buffers):
+                trim_freed_heap()
+                untrimmed = 0
 
     def recv(self) -> Any:
         head = self.recv_bytes()
@@ -401,7 +426,9 @@ def _decode_pieces(
                 decoder.add(builder, decoded, index)
                 non_utf8_pieces += replaced
         if not failed:
-            connection.send({"partial": builder.partial(), "non_utf8_pieces": non_utf8_pieces})
+            message = pickled({"partial": builder.partial(), "non_utf8_pieces": non_utf8_pieces})
+            builder = decoded = None  # the partial tables' arrays are held by the buffers alone: freed as sent
+            connection.send_pickled(*message)
     except (EOFError, OSError):  # the parsing process finished or went away
         return
     except MemoryError:
