@@ -14,6 +14,10 @@ import pytest
 
 from conftest import corpus_file
 from profscope.analysis.distributed import build_distributed, summary_from_json
+from profscope.catalog import build_runs
+from profscope.ingest.request import IngestRequest
+from profscope.sources import LocalSource, ObjectInfo
+from profscope.views.registry import queries
 from serving import appear, running_server, wait_for
 from test_distributed import GLOO, GLOO_SPANS, summary_of
 
@@ -163,3 +167,66 @@ def test_202_while_ranks_are_parsed(tmp_path: Path) -> None:
     final = seen[-1][1]
     assert [r["rank"] for r in final["ranks"]] == [0, 1]
     assert final["ranks"][1]["calls"] == 0  # the synthetic rank made no collective call
+
+
+TINYGPT_CPU = "generated/tinygpt_cpu"  # two single-process CPU traces: no distributedInfo
+
+
+def test_a_trace_alone_in_its_run_gets_its_rank_summary_once_another_rank_joins(tmp_path: Path) -> None:
+    """A trace alone in its run, and not a rank of a bigger job (no distributedInfo), has no Distributed view, so
+    its parse leaves out the rank summary (~0.3 s of a 1 GB trace's ingest, bench/RESULTS.md run 30). Once a second
+    rank's trace joins the run, the view applies, asks for both, and the store computes the first one's from its
+    stored tables: the same numbers as the analysis of each trace."""
+    traces = sorted(corpus_file(TINYGPT_CPU).iterdir())
+    root, staged = tmp_path / "roots", tmp_path / "staged"
+    (root / "job").mkdir(parents=True)
+    staged.mkdir()
+    shutil.copy(traces[0], root / "job" / "rank0.1.pt.trace.json.gz")
+    shutil.copy(traces[1], staged / "rank1.1.pt.trace.json.gz")
+    cache = tmp_path / "cache"
+    with running_server([root], cache, "--rescan-seconds", "0.5", workers=1) as url:
+
+        def run() -> dict:
+            return next(r for r in httpx.get(f"{url}/api/runs").json()["runs"] if r["run"] == "job")
+
+        wait_for(lambda: run()["state"] == "ready", timeout=120)
+        assert "distributed" not in run()["views"]
+        assert list(cache.rglob("views/overview.v*.json")) and not list(cache.rglob("views/distributed.rank.v*"))
+
+        appear(staged / "rank1.1.pt.trace.json.gz", root / "job" / "rank1.1.pt.trace.json.gz")
+        wait_for(lambda: (r := run())["state"] == "ready" and "distributed" in r["views"], timeout=120)
+        assert len(list(cache.rglob("views/distributed.rank.v*.json"))) == 1  # the second rank's, at its parse
+        body = wait_for(lambda: (r := _get(url, run="job")).status_code == 200 and r.json(), timeout=60)
+    assert len(list(cache.rglob("views/distributed.rank.v*.json"))) == 2  # the first one's, computed on request
+    items = [
+        {"worker": f"rank{i}", "span": "1", "file": f"job/rank{i}.1.pt.trace.json.gz", "summary": summary}
+        for i, trace in enumerate(traces)
+        for summary, _ in [summary_from_json(summary_of(f"{TINYGPT_CPU}/{trace.name}"))]
+    ]
+    expected = orjson.loads(orjson.dumps(build_distributed(items), option=orjson.OPT_SERIALIZE_NUMPY))
+    keys = ("computation_us", "communication_us", "other_us", "calls")
+    assert [r["worker"] for r in body["ranks"]] == ["rank0", "rank1"]
+    assert [{k: r[k] for k in keys} for r in body["ranks"]] == [{k: r[k] for k in keys} for r in expected["ranks"]]
+    assert body["ranks"][0]["computation_us"] > 0
+
+
+def test_only_a_trace_alone_in_its_run_and_not_a_rank_of_a_job_leaves_out_the_rank_summary(tmp_path: Path) -> None:
+    """``IngestRequest.for_its_run``: the Distributed view's query is left out only when the run holds no trace of
+    another worker and the trace's own distributedInfo does not make it a rank of a bigger job (world size > 1)."""
+    trace = corpus_file(f"{TINYGPT_CPU}/worker0.1795315486519085323.pt.trace.json.gz")
+    file = build_runs([("t", "file:///t", [ObjectInfo(key=f"job/{trace.name}", size=1, version="1")])])["job"].files[0]
+    source, every_query = LocalSource(tmp_path), queries("trace")
+    requests = {
+        alone: IngestRequest.for_file(file, source, tmp_path, every_query, 1 << 30, alone_in_run=alone)
+        for alone in (True, False)
+    }
+
+    def names(request: IngestRequest, distributed: object) -> set[str]:
+        return {q.name for q in request.for_its_run({"distributed": distributed}).queries}
+
+    every = {q.name for q in requests[True].queries}
+    assert "distributed.rank" in every and "overview" in every
+    assert names(requests[True], None) == every - {"distributed.rank"}
+    assert names(requests[True], {"rank": 0, "world_size": 1}) == every - {"distributed.rank"}
+    assert names(requests[True], {"rank": 3, "world_size": 4}) == every  # one rank of a 4-rank job: its view applies
+    assert names(requests[False], None) == every

@@ -137,6 +137,7 @@ class Profscope:
             shared_write=settings.shared_cache_write,
             limits=WorkerLimits(settings.max_parse_seconds, settings.worker_memory_bytes, settings.cores_per_parse),
             queries=queries,
+            alone_in_run=self._alone_in_run,
         )
         self._runs: dict[str, Run] = {}
         self._first_listed: dict[str, float] = {}  # cache key -> Unix time of the first listing that held the file
@@ -190,6 +191,11 @@ class Profscope:
             self.ingest.request_all(
                 [file for run in runs.values() for file in run.traces() + run.snapshots() + run.memory_logs()]
             )
+
+    def _alone_in_run(self, trace: TraceFile) -> bool:
+        """Whether the run of ``trace`` (as last listed) holds no trace of another worker: no Distributed view."""
+        run = self._runs.get(trace.run)
+        return run is not None and len(run.workers()) == 1
 
     def _note_first_listings(self, runs: dict[str, Run], listed_at: dict[str, float]) -> None:
         """When each file was first listed (each version of it: a changed file is new): ``/api/runs`` gives it as

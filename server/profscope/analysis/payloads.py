@@ -37,6 +37,9 @@ class Query:
     # store computes it from the stored tables then), for results few users ask for that would weigh on every
     # ingest (the Operator page filtered to a module: ~9% of a 1 GB ingest with module events)
     at_ingest: bool = True
+    # read only where a run holds traces of two workers or more (the Distributed view's rank summary): the ingest of
+    # a trace whose run has no other worker leaves it to the store, which computes it if the run gains a rank
+    for_ranks: bool = False
 
     @property
     def stored_name(self) -> str:
@@ -54,14 +57,21 @@ class Query:
 
 
 def payload(
-    name: str, version: int = 1, kind: str = "trace", first: bool = False, at_ingest: bool = True
+    name: str,
+    version: int = 1,
+    kind: str = "trace",
+    first: bool = False,
+    at_ingest: bool = True,
+    for_ranks: bool = False,
 ) -> Callable[[Builder], Builder]:
     """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes.
     ``first``: the ingest computes it before the queries without the flag (the Overview, a rank's summary).
-    ``at_ingest=False``: the ingest skips it; the store computes it at its first request."""
+    ``at_ingest=False``: the ingest skips it; the store computes it at its first request. ``for_ranks``: the
+    ingest skips it for a trace alone in its run (no other worker); the store computes it if it is asked for."""
 
     def declare(function: Builder) -> Builder:
-        function.query = Query(name, version, function, kind, first, at_ingest)  # type: ignore[attr-defined]
+        query = Query(name, version, function, kind, first, at_ingest, for_ranks)
+        function.query = query  # type: ignore[attr-defined]
         return function
 
     return declare

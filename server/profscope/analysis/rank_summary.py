@@ -40,7 +40,7 @@ MAX_ANCESTORS = 12
 ABSOLUTE_US = 1e14  # timestamps above this are epoch microseconds (after 1973), not relative ones
 
 
-@payload("distributed.rank", version=3, first=True)
+@payload("distributed.rank", version=3, first=True, for_ranks=True)
 def rank_payload(context: TraceContext) -> dict[str, Any]:
     return rank_summary(context.tables, context.tree, context.steps)
 

@@ -182,6 +182,7 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
     release_freed_memory()  # the parse's millions of short-lived objects: give their pages back
     phase_s: dict[str, float] = {}
     progress: dict[str, Any] = {"facts": _parse_facts(request, tables), "views": []}  # results listed once written
+    request = request.for_its_run(progress["facts"])
 
     def written(stored_name: str) -> None:
         progress["views"].append(stored_name)
@@ -216,6 +217,7 @@ def _finish_views(cache: TraceCache, request: IngestRequest) -> dict[str, Any]:
     progress = cache.progress(request.cache_key)
     if progress is None or "first_stage" not in progress:
         return run_ingest(dataclasses.replace(request, stage=ALL))
+    request = request.for_its_run(progress["facts"])
     started = time.perf_counter()
     tables = TraceTables.load(cache.tables_dir(request.cache_key))
     first = progress["first_stage"]  # kept until the summary is written: an interrupted REST stage can start over
@@ -354,9 +356,12 @@ class IngestManager:
         shared_write: bool = False,
         limits: WorkerLimits | None = None,
         queries: tuple[Query, ...] = (),
+        alone_in_run: Callable[[TraceFile], bool] = lambda trace: False,
     ) -> None:
         self.cache = cache
         self.queries = queries  # computed for each file after its parse (profscope.views.registry.queries)
+        # whether a trace's run holds no trace of another worker now (its parse skips the Distributed view's query)
+        self.alone_in_run = alone_in_run
         self.limits = limits or WorkerLimits()
         self.shared = shared  # looked up before parsing; None: parse whatever the local cache lacks
         self.shared_write = shared_write and shared is not None  # publish parse results for other replicas
@@ -570,6 +575,7 @@ class IngestManager:
                 # alone on the machine: its views may take a second core (several parses share the cores)
                 second_core=self.limits.cores > 1 and not self._running and not self._pending,
                 stage=stage,
+                alone_in_run=self.alone_in_run(trace),
             )
             with _sigint_blocked():  # a worker spawned here starts with Ctrl+C held off (see _init_worker)
                 try:

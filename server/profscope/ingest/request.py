@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ class IngestRequest:
     stage: str = "all"
     max_snapshot_bytes: int = 8 << 30
     queries: tuple[Query, ...] = ()  # computed after the parse; their functions travel to the worker by name
+    alone_in_run: bool = False  # its run holds no trace of another worker (for_its_run)
 
     @classmethod
     def for_file(
@@ -51,9 +52,11 @@ class IngestRequest:
         cache_key: str | None = None,
         second_core: bool = True,
         stage: str = "all",
+        alone_in_run: bool = False,
     ) -> IngestRequest:
         """The request for any kind of file the catalog knows (trace, snapshot, memory.log): the one way
-        ``serve``, ``index`` and ``ingest`` ask for a parse."""
+        ``serve``, ``index`` and ``ingest`` ask for a parse. ``alone_in_run``: its run holds no trace of another
+        worker (see ``for_its_run``)."""
         return cls(
             source=source,
             key=file.key,
@@ -66,7 +69,18 @@ class IngestRequest:
             queries=tuple(q for q in queries if q.at_ingest and q.kind == QUERY_KIND.get(file.kind)),
             second_core=second_core,
             stage=stage,
+            alone_in_run=alone_in_run,
         )
+
+    def for_its_run(self, facts: dict[str, Any]) -> IngestRequest:
+        """This request, without the queries ``for_ranks`` when the parse ``facts`` (``jobs._parse_facts``) show
+        that the Distributed view does not apply to its run: the run holds no trace of another worker and this one
+        is not a rank of a bigger job (``job_ranks``). If the run gains a rank later, the store computes them."""
+        from profscope.analysis.distributed import job_ranks
+
+        if not self.alone_in_run or job_ranks([self.key], lambda: [facts]).reason is None:
+            return self
+        return replace(self, queries=tuple(q for q in self.queries if not q.for_ranks))
 
 
 ALL, FIRST, REST = "all", "first", "rest"  # IngestRequest.stage
