@@ -37,8 +37,8 @@ class Query:
     # store computes it from the stored tables then), for results few users ask for that would weigh on every
     # ingest (the Operator page filtered to a module: ~9% of a 1 GB ingest with module events)
     at_ingest: bool = True
-    # read only where a run holds traces of two workers or more (the Distributed view's rank summary): the ingest of
-    # a trace whose run has no other worker leaves it to the store, which computes it if the run gains a rank
+    # read only by the Distributed view (the rank summary): the ingest of a trace alone in its run that is not a rank
+    # of a bigger job leaves it to the store, which computes it if the run gains a rank (IngestRequest.for_its_run)
     for_ranks: bool = False
 
     @property
@@ -67,7 +67,8 @@ def payload(
     """Declare ``function`` as the cached query ``name``; bump ``version`` whenever its result changes.
     ``first``: the ingest computes it before the queries without the flag (the Overview, a rank's summary).
     ``at_ingest=False``: the ingest skips it; the store computes it at its first request. ``for_ranks``: the
-    ingest skips it for a trace alone in its run (no other worker); the store computes it if it is asked for."""
+    ingest skips it where the Distributed view does not apply (``IngestRequest.for_its_run``); the store computes it
+    if it is asked for."""
 
     def declare(function: Builder) -> Builder:
         query = Query(name, version, function, kind, first, at_ingest, for_ranks)

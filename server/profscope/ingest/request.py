@@ -78,6 +78,7 @@ class IngestRequest:
         is not a rank of a bigger job (``job_ranks``). If the run gains a rank later, the store computes them."""
         from profscope.analysis.distributed import job_ranks
 
+        # one worker: its name decides nothing (rule 1 needs two), its distributedInfo does
         if not self.alone_in_run or job_ranks([self.key], lambda: [facts]).reason is None:
             return self
         return replace(self, queries=tuple(q for q in self.queries if not q.for_ranks))
