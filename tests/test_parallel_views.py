@@ -11,7 +11,9 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import corpus_file
@@ -179,8 +181,6 @@ def test_the_views_read_the_saved_tables_and_the_parse_s_arrays_are_gone(
     import gc
     import weakref
 
-    import numpy as np
-
     from profscope.ingest import jobs
     from profscope.tables import SCHEMA
 
@@ -228,7 +228,9 @@ def test_the_views_read_the_saved_tables_and_the_parse_s_arrays_are_gone(
     assert "error" not in summary and summary["view_errors"] == {}
     ((columns, mapped, alive),) = seen
     assert len(parsed) == columns > 20 and mapped == columns
-    assert alive == (len(SCHEMA["events"]) if cores == 2 else 0)
+    # on two cores the events' columns the tree reads, in memory till the tree is built; the others are gone
+    assert alive == (len(parallel_queries.TREE_READS) if cores == 2 else 0)
+    assert len(parallel_queries.TREE_READS) < len(SCHEMA["events"])
     assert alive_at_job[0] == alive and alive_at_job[1:] == [0] * (len(alive_at_job) - 1)
     assert alive_at_fork == ([0, 0] if cores == 2 else [])
 
@@ -248,9 +250,9 @@ def test_each_view_job_leaves_no_page_of_the_tables_mapped(tmp_path: Path, monke
     mapped_when_released: list[int] = []
     release = TraceTables.release_pages
 
-    def release_watched(self: TraceTables) -> None:
+    def release_watched(self: TraceTables, **but: Any) -> None:
         mapped_when_released.append(resident_bytes_mapped_under(tables_dir))
-        release(self)
+        release(self, **but)
 
     monkeypatch.setattr(TraceTables, "release_pages", release_watched)
     tables = TraceTables.load(tables_dir)
@@ -264,3 +266,37 @@ def test_each_view_job_leaves_no_page_of_the_tables_mapped(tmp_path: Path, monke
     assert len(after) > 10 and after == dict.fromkeys(after, 0)
     assert max(mapped_when_released) > 1 << 20  # the jobs did read the tables, and released them
     assert _results(request) == written
+
+
+def test_once_saved_the_events_columns_the_tree_does_not_read_are_read_from_their_files(tmp_path: Path) -> None:
+    """The call tree is built from the events in memory while the tables are saved; once they are, every other
+    column is read from its file (mapped: its pages shared with the helpers forked later), so no copy of it stays
+    in memory beside the mapped one. The tree is the same."""
+    from profscope.ingest.kineto import parse_trace
+    from profscope.ingest.parallel_queries import TREE_READS
+    from profscope.tables import TraceTables
+
+    with open(corpus_file(TRACES[0]), "rb") as raw:
+        parsed = parse_trace(raw, use_second_core=False)
+    in_memory = {name: dict(columns) for name, columns in parsed.columns.items()}
+    parsed.save(tmp_path / "tables")
+    building = TreeBuilding(parsed)
+    building.read_saved(TraceTables.load(tmp_path / "tables"))
+    building.join()
+    assert building.tables is parsed
+    for table, columns in parsed.columns.items():
+        for column, values in columns.items():
+            held = table == "events" and column in TREE_READS
+            assert (values is in_memory[table][column]) == held, (table, column)
+            assert isinstance(values, np.memmap) != held, (table, column)
+    assert "cat" in parsed.columns["events"] and set(TREE_READS) < set(parsed.columns["events"])
+    tree = building.tree.result()
+    assert np.array_equal(tree.node_event, build_call_tree(TraceTables.load(tmp_path / "tables")).node_event)
+    # the tree and the steps read no other column of the events (a KeyError otherwise)
+    from profscope.analysis.call_tree import runtime_launches
+    from profscope.analysis.steps import find_steps
+
+    parsed.columns["events"] = {column: parsed.columns["events"][column] for column in TREE_READS}
+    launches = runtime_launches(parsed)
+    assert np.array_equal(build_call_tree(parsed, launches).node_event, tree.node_event)
+    assert find_steps(parsed, launches) is not None

@@ -314,31 +314,43 @@ def _reference_levels(lane_offsets, raw_start, raw_end, raw_name, duration):
     return kept, thresholds
 
 
-def _kept_levels(build_levels, *arguments):
-    """``(kept, thresholds)`` as ``_reference_levels`` gives them: each level as handed to the build's ``keep``."""
-    handed = []
-    levels, thresholds = build_levels(*arguments, lambda level, cuts, names: handed.append((level, (cuts, names))))
-    assert levels == [level for level, _ in handed]
-    return handed, thresholds
+def _kept_levels(lane_offsets, start, end, name, duration, block=None):
+    """``(kept, thresholds)`` as ``_reference_levels`` gives them: each level as the build writes it (in memory),
+    the raw slices handed ``block`` at a time (the build's own block when None)."""
+    from profscope.analysis.timeline_index import _build_levels, _GrowingArray
+
+    arrays, handed = {}, []
+
+    def keep(level, count):
+        handed.append(level)
+        return (
+            _GrowingArray(np.int64, count + 1, None, f"level{level}_cuts", arrays),
+            _GrowingArray(np.int32, count, None, f"level{level}_name", arrays),
+        )
+
+    def slices(first, last):
+        return start[first:last], end[first:last], name[first:last]
+
+    levels, thresholds = _build_levels(lane_offsets, slices, duration, keep, **({"block": block} if block else {}))
+    assert levels == handed
+    return [(level, (arrays[f"level{level}_cuts"], arrays[f"level{level}_name"])) for level in levels], thresholds
 
 
 def _levels_match(lane_offsets, start, end, name):
-    from profscope.analysis.timeline_index import _build_levels
-
     start, end = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
     lane_offsets, name = np.asarray(lane_offsets, dtype=np.int64), np.asarray(name, dtype=np.int32)
     duration = int(end.max(initial=0))
-    # merged over the arrays it is given (overwritten): copies here
-    got = _kept_levels(_build_levels, lane_offsets, start.copy(), end.copy(), name.copy(), end - start, duration)
-    # the index merges over its keys (each lane's times moved past the lanes before it): the same levels
-    lane_base = np.repeat(np.arange(len(lane_offsets) - 1, dtype=np.int64) * (duration + 2), np.diff(lane_offsets))
-    keyed = _kept_levels(
-        _build_levels, lane_offsets, start + lane_base, end + lane_base, name.copy(), end - start, duration
-    )
-    assert keyed[1] == got[1] and len(keyed[0]) == len(got[0])
-    for (level, (cuts, names)), (keyed_level, (keyed_cuts, keyed_names)) in zip(got[0], keyed[0], strict=True):
-        assert level == keyed_level and np.array_equal(cuts, keyed_cuts) and np.array_equal(names, keyed_names)
     want = _reference_levels(lane_offsets, start, end, name, duration)
+    # the index merges over its keys (each lane's times moved past the lanes before it): the same levels; and the
+    # same whatever the blocks the slices come in (in C: a level's open item is carried from block to block)
+    lane_base = np.repeat(np.arange(len(lane_offsets) - 1, dtype=np.int64) * (duration + 2), np.diff(lane_offsets))
+    got = _kept_levels(lane_offsets, start, end, name, duration)
+    for keyed, block in ((False, 1), (False, 3), (True, None), (True, 64)):
+        base = lane_base if keyed else 0
+        again = _kept_levels(lane_offsets, start + base, end + base, name, duration, block)
+        assert again[1] == got[1] and len(again[0]) == len(got[0])
+        for (level, (cuts, names)), (again_level, (again_cuts, again_names)) in zip(got[0], again[0], strict=True):
+            assert level == again_level and np.array_equal(cuts, again_cuts) and np.array_equal(names, again_names)
     assert got[1] == want[1]
     assert [level for level, _ in got[0]] == [level for level, _ in want[0]]
     for (_, (cuts, names)), (_, (want_cuts, want_names)) in zip(got[0], want[0], strict=True):
@@ -349,7 +361,7 @@ def _levels_match(lane_offsets, start, end, name):
 
 @pytest.fixture(params=["native", "numpy"])
 def merge_path(request, monkeypatch):
-    """Each level merged in C (``_call_tree_sweep.merge_level``) or in numpy (``_merge_level``)."""
+    """The levels merged in C, streamed (``_call_tree_sweep.merge_levels``), or in numpy, whole (``_merge_level``)."""
     from profscope.analysis import timeline_index
 
     if request.param == "numpy":
@@ -458,10 +470,9 @@ def test_native_lane_depths_match_numpy_on_edge_cases(monkeypatch):
 
 
 def test_the_index_build_holds_each_array_only_while_it_is_needed(monkeypatch, tmp_path):
-    """At 1 GB the index's build ran in a helper beside the call tree's, and its peak was the two's: the counters,
-    the order of every row by track (whose last view a loop variable kept) and the levels, all held to the end of
-    the build, added ~40 MB to it. Now each is gone once written, before the levels are merged, and a level is
-    written before the next one is merged."""
+    """At 1 GB the index's build ran in a helper beside the call tree's, and its peak was the two's: the counters
+    and the order of every row by track (whose last view a loop variable kept), held to the end of the build,
+    added ~40 MB to it. Now each is gone once written, before the levels are merged."""
     import gc
     import weakref
 
@@ -469,15 +480,15 @@ def test_the_index_build_holds_each_array_only_while_it_is_needed(monkeypatch, t
 
     with open(corpus_file(TRACES["resnet50_v100"]), "rb") as raw:
         tables = parse_trace(raw, use_second_core=False)
-    watched: dict[str, list[weakref.ref]] = {"rows by track": [], "counters": [], "levels": []}
+    watched: dict[str, list[weakref.ref]] = {"rows by track": [], "counters": []}
     rows_by_value, counter_series, build_levels = (
         timeline_index.rows_by_value,
         timeline_index._counter_series,
         timeline_index._build_levels,
     )
 
-    def rows_watched(values):
-        rows = rows_by_value(values)
+    def rows_watched(values, *row_type):
+        rows = rows_by_value(values, *row_type)
         watched["rows by track"].extend(weakref.ref(r.base if r.base is not None else r) for r in rows.values())
         return rows
 
@@ -492,16 +503,13 @@ def test_the_index_build_holds_each_array_only_while_it_is_needed(monkeypatch, t
         gc.collect()
         alive.append({when: sum(ref() is not None for refs in watched.values() for ref in refs)})
 
-    def levels_watched(*arguments):
-        *arguments, keep = arguments
-
-        def keep_watched(level, cuts, names):
+    def levels_watched(lane_offsets, slices, duration, keep):
+        def keep_watched(level, count):
             count_alive(f"level {level}")
-            keep(level, cuts, names)
-            watched["levels"].extend([weakref.ref(cuts), weakref.ref(names)])
+            return keep(level, count)
 
         count_alive("levels start")
-        return build_levels(*arguments, keep_watched)
+        return build_levels(lane_offsets, slices, duration, keep_watched)
 
     monkeypatch.setattr(timeline_index, "rows_by_value", rows_watched)
     monkeypatch.setattr(timeline_index, "_counter_series", counters_watched)
@@ -539,3 +547,37 @@ def test_the_levels_are_merged_with_no_page_of_the_tables_mapped(monkeypatch, tm
     assert files == sorted(p.name for p in (tmp_path / "mapped").iterdir()) and len(files) > 10
     for name in files:
         assert (tmp_path / "mapped" / name).read_bytes() == (tmp_path / "in_memory" / name).read_bytes(), name
+
+
+def test_the_levels_are_merged_a_block_of_slices_at_a_time(monkeypatch, tmp_path):
+    """Every level merged whole from the one below held 37 bytes per slice at once (120 MiB of nsres_x1GB's index,
+    its build's peak). Streamed through every level a block at a time, the merge holds the block's arrays and
+    each level's open item: here less than one int64 per slice, with the slices in blocks of 256. The index is the
+    one merged level by level in numpy."""
+    import tracemalloc
+
+    from profscope.analysis import timeline_index
+
+    with open(corpus_file(TRACES["resnet50_v100"]), "rb") as raw:
+        tables = parse_trace(raw, use_second_core=False)
+    build_levels, peaks = timeline_index._build_levels, []
+
+    def levels_measured(lane_offsets, slices, duration, keep):
+        tracemalloc.start()
+        try:
+            return build_levels(lane_offsets, slices, duration, keep, block=256)
+        finally:
+            peaks.append((tracemalloc.get_traced_memory()[1], int(lane_offsets[-1])))
+            tracemalloc.stop()
+
+    monkeypatch.setattr(timeline_index, "_build_levels", levels_measured)
+    streamed = write_timeline_index(tables, tmp_path / "streamed")
+    [(peak, slices)] = peaks
+    assert slices > 40_000 and len(streamed.info["levels"]) >= 3
+    assert peak < 8 * slices
+    monkeypatch.setattr(timeline_index, "_call_tree_sweep", None)
+    whole = write_timeline_index(tables, tmp_path / "whole")
+    assert peaks[1][0] > 37 * slices  # the numpy path, whole: what the test would see without the stream
+    assert streamed.info == whole.info
+    for name in streamed.info["arrays"]:
+        assert np.array_equal(streamed.arrays[name], whole.arrays[name]), name

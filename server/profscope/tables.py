@@ -16,7 +16,7 @@ import mmap
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -254,13 +254,16 @@ class TraceTables:
             shutil.rmtree(directory)
         os.replace(staging, directory)
 
-    def release_pages(self) -> None:
+    def release_pages(self, but: Collection[str] = ()) -> None:
         """Unmap the pages of the memory-mapped columns read so far: the next read maps them again from the page
-        cache. A process that runs one view after another so holds only what the current one reads."""
+        cache. A process that runs one view after another so holds only what the current one reads. ``but``: the
+        columns (``"table.column"``) whose pages stay, which the caller reads next."""
         if not hasattr(mmap, "MADV_DONTNEED"):  # not Linux or macOS: the pages stay
             return
-        for table in self.columns.values():
-            for values in table.values():
+        for table_name, table in self.columns.items():
+            for column_name, values in table.items():
+                if f"{table_name}.{column_name}" in but:
+                    continue
                 mapping = getattr(values, "_mmap", None)
                 if mapping is not None:
                     mapping.madvise(mmap.MADV_DONTNEED)

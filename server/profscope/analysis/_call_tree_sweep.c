@@ -19,9 +19,13 @@
  * merge_aliases(parent, is_cpu_op, names) -> alias or None: call_tree._merge_single_same_name_children in two
  * loops over nodes whose parents come first (the child counts, then each node's alias from its parent's).
  *
- * merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> new count: one level of
- * timeline_index._build_levels (the items of the level below merged where no gap or lone wide slice breaks
- * them) in one pass, written in place over the first items: no break mask, group sums or argmax temporaries.
+ * merge_levels(thresholds, state, lane_first, name, start, end, first_cut, last, wanted, out_cuts, out_names) ->
+ * the count of items each level closed: timeline_index._build_levels streamed. The raw slices come a block at a
+ * time (positions first_cut...); each is fed to level 1, and an item a level closes (where a gap or a lone wide
+ * slice breaks, or a lane starts) is final and fed to the next level. `state` (LEVEL_STATE int64 per level) holds
+ * each level's open item from one block to the next; `last`: the last block, whose open items are closed too.
+ * Closed items of the levels `wanted` flags are written (cut, name) to row `level` of out_cuts / out_names, rows of
+ * count + levels + 1 (None: counted only). No level is ever held whole: memory is the block's.
  *
  * merge_flagged(ts, dur, flags, set_count) -> [(starts, ends)] * set_count or None: intervals.merge_each, the union
  * of the intervals [ts, ts + dur) of the rows flagged for each set (bit k of flags: set k), in one pass over rows
@@ -490,99 +494,158 @@ done:
     return result;
 }
 
-static inline void column_set(Column *column, Py_ssize_t i, int64_t value) {
-    if (column->view.itemsize == 4)
-        ((int32_t *)column->view.buf)[i] = (int32_t)value;
-    else
-        ((int64_t *)column->view.buf)[i] = value;
+/* merge_levels: one level's open item (the group being merged into) and what the next item is compared with */
+enum { HAS_GROUP, GROUP_START, GROUP_END, GROUP_BUSY, GROUP_SLICES, GROUP_CUT, BEST_BUSY, BEST_NAME, GROUP_LANE_FIRST,
+       PREVIOUS_WIDE, LEVEL_STATE };
+
+typedef struct {
+    int64_t start, end, busy, slices, cut, name, lane_first;
+} LevelItem;
+
+typedef struct {
+    const int64_t *thresholds;
+    int64_t *state; /* LEVEL_STATE values per level */
+    int64_t *counts;
+    int64_t *out_cuts; /* NULL: counts only */
+    int32_t *out_names;
+    const char *wanted; /* per level: its items written out */
+    Py_ssize_t levels, capacity;
+} Levels;
+
+/* `item` (final at level `level` - 1) fed to level `level`; a group it closes is final there and fed to the next */
+static void feed_level(Levels *levels, Py_ssize_t level, LevelItem item) {
+    for (; level < levels->levels; level++) {
+        int64_t *state = levels->state + level * LEVEL_STATE, threshold = levels->thresholds[level];
+        int wide = item.slices == 1 && item.end - item.start >= threshold;
+        int has_closed = 0;
+        LevelItem closed;
+        if (!state[HAS_GROUP] || item.lane_first || wide || state[PREVIOUS_WIDE] ||
+            item.start - state[GROUP_END] >= threshold) {
+            if (state[HAS_GROUP]) {
+                closed = (LevelItem){state[GROUP_START], state[GROUP_END], state[GROUP_BUSY], state[GROUP_SLICES],
+                                     state[GROUP_CUT], state[BEST_NAME], state[GROUP_LANE_FIRST]};
+                has_closed = 1;
+            }
+            state[HAS_GROUP] = 1;
+            state[GROUP_START] = item.start;
+            state[GROUP_BUSY] = 0;
+            state[GROUP_SLICES] = 0;
+            state[GROUP_CUT] = item.cut;
+            state[GROUP_LANE_FIRST] = item.lane_first;
+            state[BEST_BUSY] = item.busy;
+            state[BEST_NAME] = item.name;
+        } else if (item.busy > state[BEST_BUSY]) { /* the first item of the most busy time names the merged one */
+            state[BEST_BUSY] = item.busy;
+            state[BEST_NAME] = item.name;
+        }
+        state[GROUP_BUSY] += item.busy;
+        state[GROUP_SLICES] += item.slices;
+        state[GROUP_END] = item.end;
+        state[PREVIOUS_WIDE] = wide;
+        if (!has_closed) return;
+        if (levels->out_cuts != NULL && levels->wanted[level]) {
+            Py_ssize_t at = level * levels->capacity + levels->counts[level];
+            levels->out_cuts[at] = closed.cut;
+            levels->out_names[at] = (int32_t)closed.name;
+        }
+        levels->counts[level]++;
+        item = closed;
+    }
 }
 
-static PyObject *merge_level(PyObject *module, PyObject *args) {
-    long long threshold;
-    Py_ssize_t count;
-    PyObject *objects[7];
-    if (!PyArg_ParseTuple(args, "LnOOOOOOO", &threshold, &count, &objects[0], &objects[1], &objects[2], &objects[3],
-                          &objects[4], &objects[5], &objects[6]))
+/* Every level's open group closed, the finer levels first (each feeds the next) */
+static void close_levels(Levels *levels) {
+    for (Py_ssize_t level = 0; level < levels->levels; level++) {
+        int64_t *state = levels->state + level * LEVEL_STATE;
+        if (!state[HAS_GROUP]) continue;
+        state[HAS_GROUP] = 0;
+        LevelItem closed = {state[GROUP_START], state[GROUP_END],  state[GROUP_BUSY],       state[GROUP_SLICES],
+                            state[GROUP_CUT],   state[BEST_NAME], state[GROUP_LANE_FIRST]};
+        if (levels->out_cuts != NULL && levels->wanted[level]) {
+            Py_ssize_t at = level * levels->capacity + levels->counts[level];
+            levels->out_cuts[at] = closed.cut;
+            levels->out_names[at] = (int32_t)closed.name;
+        }
+        levels->counts[level]++;
+        feed_level(levels, level + 1, closed);
+    }
+}
+
+static PyObject *merge_levels(PyObject *module, PyObject *args) {
+    PyObject *objects[9];
+    long long first_cut;
+    int last;
+    if (!PyArg_ParseTuple(args, "OOOOOOLpOOO", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
+                          &objects[5], &first_cut, &last, &objects[6], &objects[7], &objects[8]))
         return NULL;
-    Column columns[7] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
+    /* thresholds, state, lane_first, name, start, end; out_wanted, out_cuts, out_names (None: counts only) */
+    Column columns[9] = {{.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0},
+                         {.held = 0}, {.held = 0}, {.held = 0}, {.held = 0}};
     PyObject *result = NULL;
-    /* lane_first (bool), name (int32), busy (int64), slices (int32/64), start, end (int64), cuts (int32/64) */
-    static const Py_ssize_t sizes[7] = {1, 4, 8, 0, 8, 8, 0};
-    for (int i = 0; i < 7; i++) {
-        if (i == 0) {
-            if (PyObject_GetBuffer(objects[0], &columns[0].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
-                goto done;
-            columns[0].held = 1;
-            if (columns[0].view.itemsize != 1 || columns[0].view.format == NULL ||
-                strcmp(columns[0].view.format, "?") != 0) {
-                PyErr_SetString(PyExc_TypeError, "merge_level: lane_first must be a bool array");
-                goto done;
-            }
-        } else if (get_column_of(objects[i], &columns[i], -1, sizes[i], PyBUF_WRITABLE) < 0) {
+    int64_t *counts = NULL;
+    if (get_int_column(objects[0], &columns[0], -1, 8) < 0) goto done;
+    Py_ssize_t level_count = columns[0].view.len / 8;
+    if (get_column_of(objects[1], &columns[1], level_count * LEVEL_STATE, 8, PyBUF_WRITABLE) < 0) goto done;
+    if (PyObject_GetBuffer(objects[2], &columns[2].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    columns[2].held = 1;
+    if (columns[2].view.itemsize != 1 || columns[2].view.format == NULL || strcmp(columns[2].view.format, "?") != 0) {
+        PyErr_SetString(PyExc_TypeError, "merge_levels: lane_first must be a bool array");
+        goto done;
+    }
+    Py_ssize_t count = columns[2].view.len;
+    if (get_int_column(objects[3], &columns[3], count, 4) < 0 || get_int_column(objects[4], &columns[4], count, 8) < 0 ||
+        get_int_column(objects[5], &columns[5], count, 8) < 0)
+        goto done;
+    int writing = objects[6] != Py_None;
+    Py_ssize_t capacity = 0;
+    if (writing) {
+        if (PyObject_GetBuffer(objects[6], &columns[6].view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        columns[6].held = 1;
+        if (columns[6].view.itemsize != 1 || columns[6].view.len != level_count) {
+            PyErr_SetString(PyExc_ValueError, "merge_levels: one wanted flag per level");
             goto done;
         }
-        if (count < 0 || columns[i].view.len / columns[i].view.itemsize < count) {
-            PyErr_SetString(PyExc_ValueError, "merge_level: a column is shorter than the item count");
+        if (get_column_of(objects[7], &columns[7], -1, 8, PyBUF_WRITABLE) < 0 ||
+            get_column_of(objects[8], &columns[8], -1, 4, PyBUF_WRITABLE) < 0)
+            goto done;
+        /* one row per level; a level closes at most one item per item fed to it, and its last */
+        capacity = level_count ? columns[7].view.len / 8 / level_count : 0;
+        if (level_count && (columns[7].view.len != level_count * capacity * 8 ||
+                            columns[8].view.len != level_count * capacity * 4 || capacity < count + level_count + 1)) {
+            PyErr_SetString(PyExc_ValueError, "merge_levels: the outputs need a row of count + levels + 1 per level");
             goto done;
         }
     }
-    char *lane_first = columns[0].view.buf;
-    int32_t *name = columns[1].view.buf;
-    int64_t *busy = columns[2].view.buf, *start = columns[4].view.buf, *end = columns[5].view.buf;
-    Column *slices = &columns[3], *cuts = &columns[6];
-    Py_ssize_t kept = 0;
+    counts = calloc((size_t)(level_count ? level_count : 1), sizeof(int64_t));
+    if (counts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Levels levels = {columns[0].view.buf, columns[1].view.buf, counts, writing ? columns[7].view.buf : NULL,
+                     writing ? columns[8].view.buf : NULL, writing ? columns[6].view.buf : NULL, level_count, capacity};
+    const char *lane_first = columns[2].view.buf;
+    const int32_t *name = columns[3].view.buf;
+    const int64_t *start = columns[4].view.buf, *end = columns[5].view.buf;
     Py_BEGIN_ALLOW_THREADS;
-    /* the item being merged into (its first item's fields) and the previous item's, read before slot `kept`
-     * (never after the item being read) is overwritten */
-    int64_t group_start = 0, group_end = 0, group_busy = 0, group_slices = 0, group_cut = 0, best_busy = 0;
-    int32_t best_name = 0;
-    char group_lane_first = 0;
-    int previous_wide = 0;
-    /* the finished group, into slot `kept` */
-#define STORE_GROUP()                               \
-    do {                                            \
-        lane_first[kept] = group_lane_first;        \
-        name[kept] = best_name;                     \
-        busy[kept] = group_busy;                    \
-        column_set(slices, kept, group_slices);     \
-        start[kept] = group_start;                  \
-        end[kept] = group_end;                      \
-        column_set(cuts, kept, group_cut);          \
-        kept++;                                     \
-    } while (0)
     for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t item_start = start[i], item_end = end[i], item_busy = busy[i], item_slices = column_at(slices, i);
-        int wide = item_slices == 1 && item_end - item_start >= threshold;
-        int is_break =
-            i == 0 || lane_first[i] || wide || previous_wide || item_start - group_end >= threshold;
-        if (is_break) {
-            if (i > 0) {
-                STORE_GROUP();
-            }
-            group_start = item_start;
-            group_busy = 0;
-            group_slices = 0;
-            group_cut = column_at(cuts, i);
-            group_lane_first = lane_first[i];
-            best_busy = item_busy;
-            best_name = name[i];
-        } else if (item_busy > best_busy) { /* the first item of the most busy time names the merged one */
-            best_busy = item_busy;
-            best_name = name[i];
-        }
-        group_busy += item_busy;
-        group_slices += item_slices;
-        group_end = item_end;
-        previous_wide = wide;
+        LevelItem item = {start[i], end[i], end[i] - start[i], 1, first_cut + i, name[i], lane_first[i]};
+        feed_level(&levels, 0, item);
     }
-    if (count > 0) {
-        STORE_GROUP();
-    }
-#undef STORE_GROUP
+    if (last) close_levels(&levels);
     Py_END_ALLOW_THREADS;
-    result = PyLong_FromSsize_t(kept);
+    result = PyTuple_New(level_count);
+    if (result == NULL) goto done;
+    for (Py_ssize_t level = 0; level < level_count; level++) {
+        PyObject *value = PyLong_FromLongLong(counts[level]);
+        if (value == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, level, value);
+    }
 done:
-    for (int i = 0; i < 7; i++)
+    free(counts);
+    for (int i = 0; i < 9; i++)
         if (columns[i].held) PyBuffer_Release(&columns[i].view);
     return result;
 }
@@ -878,8 +941,9 @@ static PyMethodDef METHODS[] = {
      "when a set is not normalised"},
     {"merge_aliases", merge_aliases, METH_VARARGS,
      "merge_aliases(parent, is_cpu_op, names) -> alias int64 bytearray, or None when a parent comes after its child"},
-    {"merge_level", merge_level, METH_VARARGS,
-     "merge_level(threshold, count, lane_first, name, busy, slices, start, end, cuts) -> merged count (in place)"},
+    {"merge_levels", merge_levels, METH_VARARGS,
+     "merge_levels(thresholds, state, lane_first, name, start, end, first_cut, last, wanted, out_cuts, out_names) -> "
+     "the items each level closed"},
     {"tree_down", tree_down, METH_VARARGS,
      "tree_down(parent, is_row, host_total, root) -> (row_owner int64 bytearray, children_time int64 bytearray) "
      "or None"},

@@ -81,13 +81,15 @@ def stable_argsort(values: np.ndarray) -> np.ndarray:
     return np.argsort(values, kind="stable")
 
 
-def rows_by_value(values: np.ndarray) -> dict[int, np.ndarray]:
+def rows_by_value(values: np.ndarray, row_type: type = np.int64) -> dict[int, np.ndarray]:
     """``{v: np.flatnonzero(values == v)}`` for every distinct integer ``v``, from one sort instead of one
-    pass over all rows per value."""
+    pass over all rows per value. ``row_type``: the rows' dtype (np.int32 halves them, below 2**31 rows)."""
     values = np.asarray(values)
     if not len(values):
         return {}
     order = stable_argsort(values)
+    if np.iinfo(row_type).max >= len(values):
+        order = order.astype(row_type, copy=False)
     ordered = values[order]
     bounds = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
     return dict(zip(ordered[np.r_[0, bounds]].tolist(), np.split(order, bounds), strict=True))

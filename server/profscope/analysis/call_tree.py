@@ -153,10 +153,10 @@ def build_call_tree(tables: TraceTables, launches: RuntimeLaunches | None = None
     # room for the tree's own arrays
     del levels, row_owner, children_time, host_total, runtime_inside
 
-    keep = np.flatnonzero(live)
-    del live
-    renumber = np.full(len(host_rows), UNLINKED, dtype=np.int64)
-    renumber[keep] = np.arange(len(keep))
+    # the kept rows by their mask (no array of their positions at the build's last peak), numbered in order
+    renumber = np.cumsum(live, dtype=np.int64)
+    renumber -= 1
+    renumber[~live] = UNLINKED
 
     def remap(nodes: np.ndarray) -> np.ndarray:
         """Host-row nodes as kept nodes, in place (ROOT and UNLINKED stay)."""
@@ -165,12 +165,13 @@ def build_call_tree(tables: TraceTables, launches: RuntimeLaunches | None = None
         return nodes
 
     # each per-host-row array is dropped once its kept rows are copied: the build's last peak
-    kept = {name: sums.pop(name)[keep] for name in list(sums)}
-    node_event = host_rows[keep]
+    kept = {name: sums.pop(name)[live] for name in list(sums)}
+    node_event = host_rows[live]
     del host_rows
-    parent = remap(live_parent[keep])
+    parent = remap(live_parent[live])
     del live_parent
-    is_operator = is_operator[keep]
+    is_operator = is_operator[live]
+    del live
     device_node, device_op_row = remap(device_node), remap(device_op_row)  # their own arrays: lookup made them
     return CallTree(
         node_event=node_event,
@@ -319,9 +320,11 @@ def _node_sums(
     device_total = device_self.copy()
     tc_total = tc_self.copy()
     _pass_up(tree_parent, levels, is_cpu_op, device_total, tc_total, tc_eligible)
+    # host self time made in the runtime time's array: no other array of every host row at the build's peak
+    np.add(runtime_time, children_time, out=runtime_time)
     return {
         "host_total": host_total,
-        "host_self": host_total - np.add(runtime_time, children_time, out=runtime_time),
+        "host_self": np.subtract(host_total, runtime_time, out=runtime_time),
         "device_self": device_self,
         "device_total": device_total,
         "tc_self": tc_self,

@@ -19,7 +19,7 @@ FUNCTIONS = (
     "tree_up",
     "merge_aliases",
     "lane_depths",
-    "merge_level",
+    "merge_levels",
     "merge_flagged",
     "paint_normalised",
 )

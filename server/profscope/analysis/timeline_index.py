@@ -45,7 +45,8 @@ INDEX_VERSION = 1
 LEVEL_BASE_NS = 1_000
 LEVEL_FACTOR = 4
 STEPS_TRACK = "steps"
-_KEY_BLOCK = 1 << 18  # slices per block when the lanes' bases are added to their times
+_BLOCK = 1 << 16  # slices per block: their keys, busy times and names, and the levels' merge
+LEVEL_STATE = 10  # int64 per level carried from block to block by _call_tree_sweep.merge_levels
 
 KIND_NAMES = {kind.value: kind.name.lower() for kind in Kind}
 HOST_RUNTIME_KINDS = (Kind.RUNTIME, Kind.DRIVER)
@@ -121,9 +122,12 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
         np.save(path, np.ascontiguousarray(values))
         arrays[name] = map_npy(path)
 
+    def growing(name: str, dtype: type, length: int) -> _GrowingArray:
+        return _GrowingArray(dtype, length, spill_to / f"{name}.npy" if spill_to is not None else None, name, arrays)
+
     events = tables.events
     start = np.asarray(events["ts_ns"], dtype=np.int64)
-    end = start + np.maximum(np.asarray(events["dur_ns"], dtype=np.int64), 0)
+    end = _Ends(start, np.asarray(events["dur_ns"], dtype=np.int64))
     track = np.asarray(events["track"])
     kind = np.asarray(events["kind"])
     names = np.asarray(events["name"])
@@ -135,13 +139,15 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     for name in list(counters):
         finished(name, counters.pop(name))  # each dropped once written
     del counters
+    # the columns only the counters read (the launches' correlations: 27 MB at 1 GB) go; the slices' stay
+    tables.release_pages(but={f"events.{name}" for name in ("ts_ns", "dur_ns", "track", "kind", "name")})
 
-    track_rows = rows_by_value(track)
+    track_rows = rows_by_value(track, np.int32)  # 13 MB at 1 GB through the depths and the lanes, not 27
     depth = _event_depths(track_rows, start, end)
     step_depth = lane_depths(start[step_rows], end[step_rows]) if len(step_rows) else np.zeros(0, np.int32)
     raw_event, lane_offsets, lane_track, lane_depth = _lanes(tracks, track_rows, depth, step_rows, step_depth)
     del track_rows  # views of one order of all rows: gone only once the last one is
-    duration_ns = int(end.max(initial=0))
+    duration_ns = end.max()
     stride = duration_ns + 2
     if len(lane_track) and stride * (len(lane_track) + 1) >= 2**62:
         raise ValueError("trace too long to index for the timeline")
@@ -150,37 +156,40 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     finished("lane_depth", np.asarray(lane_depth, dtype=np.int32))
     finished("event_depth", depth)
     del depth
-    # each gather once the arrays it reads are the only ones left: the slices' times, then their names
-    raw_end = end[raw_event]
-    del end
-    raw_start = start[raw_event]
-    del start
-    # a slice's busy time summed over the slices before it, computed in its own array (spilled, then dropped)
-    busy_cum = np.zeros(len(raw_start) + 1, dtype=np.int64)
-    np.subtract(raw_end, raw_start, out=busy_cum[1:])
-    np.cumsum(busy_cum[1:], out=busy_cum[1:])
-    finished("busy_cum", busy_cum)
-    del busy_cum
-    raw_name = np.asarray(names[raw_event], dtype=np.int32)
-    del names
-    tables.release_pages()  # every column is read: their pages go before the levels' merge, the build's peak
+    # the slices in lane order a block at a time: their keys (a slice's time plus its lane's base: the levels only
+    # compare times within a lane), their busy time summed over the slices before them, their names
+    total = len(raw_event)
+    start_key, end_key = (growing(name, np.int64, total) for name in ("raw_start_key", "raw_end_key"))
+    busy_cum = growing("busy_cum", np.int64, total + 1)
+    busy_cum.append(np.zeros(1, np.int64))
+    raw_name = np.empty(total, dtype=np.int32)
+    busy_before = 0
+    for first in range(0, total, _BLOCK):
+        rows = raw_event[first : first + _BLOCK]
+        slice_start, slice_end = start[rows], end[rows]
+        summed = np.cumsum(slice_end - slice_start)
+        summed += busy_before
+        busy_before = int(summed[-1])
+        busy_cum.append(summed)
+        base = _lane_bases(lane_offsets, first, len(rows), stride)
+        start_key.append(slice_start + base)
+        end_key.append(slice_end + base)
+        raw_name[first : first + len(rows)] = names[rows]
+    del start, end, names
+    busy_cum.done()
     finished("raw_event", raw_event)
     del raw_event
-    busy = raw_end - raw_start
-    # the levels merge in place over the raw slices' arrays: a slice's key is its time plus its lane's base, and
-    # the levels only compare times within a lane
-    _add_lane_bases((raw_start, raw_end), lane_offsets, stride)  # raw_start and raw_end are copies
-    finished("raw_start_key", raw_start)
-    finished("raw_end_key", raw_end)
-    if spill_to is None:  # the keys are the index's own arrays: the levels get copies to merge over
-        raw_start, raw_end = raw_start.copy(), raw_end.copy()
+    tables.release_pages()  # every column is read: their pages go before the levels' merge
 
-    def keep_level(level: int, cuts: np.ndarray, dominant: np.ndarray) -> None:
-        finished(f"level{level}_cuts", cuts)
-        finished(f"level{level}_name", dominant)
+    def slices(first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return start_key.read(first, last), end_key.read(first, last), raw_name[first:last]
 
-    kept_levels, thresholds = _build_levels(lane_offsets, raw_start, raw_end, raw_name, busy, duration_ns, keep_level)
-    del raw_start, raw_end, raw_name, busy
+    def keep_level(level: int, count: int) -> tuple[_GrowingArray, _GrowingArray]:
+        return growing(f"level{level}_cuts", np.int64, count + 1), growing(f"level{level}_name", np.int32, count)
+
+    kept_levels, thresholds = _build_levels(lane_offsets, slices, duration_ns, keep_level)
+    start_key.done()
+    end_key.done()
     info = {
         "version": INDEX_VERSION,
         "stride": stride,
@@ -194,23 +203,88 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     return TimelineIndex(arrays=arrays, info=info)
 
 
-def _event_depths(track_rows: dict[int, np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+class _GrowingArray:
+    """An array of a known length and dtype filled a block at a time (``append``), then read back a block at a time
+    (``read``) and listed as ``arrays[name]`` (``done``). Written to ``path`` as it grows when one is given (the
+    bytes ``np.save`` writes; read back without mapping it, and memory-mapped once done), held in memory otherwise."""
+
+    def __init__(self, dtype: type, length: int, path: Path | None, name: str, arrays: dict[str, np.ndarray]) -> None:
+        self.dtype, self.length, self.filled = np.dtype(dtype), length, 0
+        self._path, self._name, self._arrays = path, name, arrays
+        self._values = np.empty(length, dtype=self.dtype) if path is None else None
+        self._file = open(path, "w+b") if path is not None else None  # noqa: SIM115 (closed by done)
+        if self._file is not None:
+            header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (length,)}
+            np.lib.format.write_array_header_1_0(self._file, header)
+            self._data_at = self._file.tell()
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        if self.filled + len(values) > self.length:
+            raise ValueError(f"{self._name}: more than {self.length} values")
+        if self._values is not None:
+            self._values[self.filled : self.filled + len(values)] = values
+        else:
+            assert self._file is not None
+            self._file.write(values.data)
+        self.filled += len(values)
+
+    def read(self, first: int, last: int) -> np.ndarray:
+        """Values ``[first, last)`` of a filled array."""
+        if self._values is not None:
+            return self._values[first:last]
+        assert self._file is not None and self.filled == self.length
+        values = np.empty(max(0, min(last, self.length) - first), dtype=self.dtype)
+        self._file.seek(self._data_at + first * self.dtype.itemsize)
+        if self._file.readinto(values.data) != values.nbytes:
+            raise OSError(f"{self._path}: short read")
+        return values
+
+    def done(self) -> None:
+        if self.filled != self.length:
+            raise ValueError(f"{self._name}: {self.filled} of {self.length} values")
+        if self._file is not None:
+            assert self._path is not None
+            self._file.close()
+            self._arrays[self._name] = map_npy(self._path)
+        else:
+            assert self._values is not None
+            self._arrays[self._name] = self._values
+
+
+def _lane_bases(lane_offsets: np.ndarray, first: int, count: int, stride: int) -> np.ndarray:
+    """``lane * stride`` for the slices at positions ``[first, first + count)`` (slices in lane order)."""
+    positions = np.arange(first, first + count, dtype=np.int64)
+    return (np.searchsorted(lane_offsets, positions, side="right") - 1) * stride
+
+
+class _Ends:
+    """Each event's end (its start plus its duration, never negative) for the rows asked (``ends[rows]``): no
+    column of every event's end (27 MB at 1 GB) is held through the build."""
+
+    def __init__(self, start: np.ndarray, duration: np.ndarray) -> None:
+        self._start, self._duration = start, duration
+
+    def __getitem__(self, rows: np.ndarray | slice) -> np.ndarray:
+        ends = np.array(self._duration[rows], dtype=np.int64)  # a copy: the ends are made in it
+        np.maximum(ends, 0, out=ends)
+        ends += self._start[rows]
+        return ends
+
+    def max(self) -> int:
+        """The latest end, 0 for none (a block of rows at a time)."""
+        latest = 0
+        for first in range(0, len(self._start), _BLOCK * 16):
+            latest = max(latest, int(self[slice(first, first + _BLOCK * 16)].max(initial=0)))
+        return latest
+
+
+def _event_depths(track_rows: dict[int, np.ndarray], start: np.ndarray, end: _Ends) -> np.ndarray:
     """Each event's depth within its track (``lane_depths`` of each track's rows, in time order)."""
     depth = np.zeros(len(start), dtype=np.int32)
     for rows in track_rows.values():
         depth[rows] = lane_depths(start[rows], end[rows])
     return depth
-
-
-def _add_lane_bases(keys: tuple[np.ndarray, ...], lane_offsets: np.ndarray, stride: int) -> None:
-    """Add ``lane * stride`` to each slice's value in each of ``keys`` (slices in lane order), in place, a block
-    of slices at a time: no per-slice array of bases."""
-    count = int(lane_offsets[-1])  # lane_offsets: one more than the lanes, from 0
-    for first in range(0, count, _KEY_BLOCK):
-        positions = np.arange(first, min(first + _KEY_BLOCK, count), dtype=np.int64)
-        base = (np.searchsorted(lane_offsets, positions, side="right") - 1) * stride
-        for values in keys:
-            values[first : first + len(positions)] += base
 
 
 def _lanes(
@@ -222,34 +296,36 @@ def _lanes(
 ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
     """Lanes in display order, (track slot, depth), and the raw slice rows in lane order: ``(raw_event,
     lane_offsets, lane_track, lane_depth)``. Lists each slice track's lanes, depth and event count in ``tracks``."""
-    lane_rows: list[np.ndarray] = []
+    def rows_of(info: dict[str, Any]) -> np.ndarray:
+        return step_rows if info["id"] == STEPS_TRACK else track_rows.get(int(info["id"][1:]), np.zeros(0, np.int32))
+
+    slice_tracks = [(slot, info) for slot, info in enumerate(tracks) if info["kind"] == "slices"]
+    # every slice's row written in place, lane after lane: no list of the lanes' rows joined at the end
+    raw_event = np.empty(sum(len(rows_of(info)) for _, info in slice_tracks), dtype=np.int32)
+    lane_sizes: list[int] = []
     lane_track: list[int] = []
     lane_depth: list[int] = []
-    for slot, info in enumerate(tracks):
-        if info["kind"] != "slices":
-            continue
-        if info["id"] == STEPS_TRACK:
-            rows, row_depth = step_rows, step_depth
-        else:
-            rows = track_rows.get(int(info["id"][1:]), np.zeros(0, dtype=np.int64))
-            row_depth = depth[rows]
+    for slot, info in slice_tracks:
+        rows = rows_of(info)
+        row_depth = step_depth if info["id"] == STEPS_TRACK else depth[rows]
         info["lanes"] = []
         info["max_depth"] = int(row_depth.max(initial=-1))
         info["events"] = len(rows)
-        by_depth = stable_argsort(row_depth)  # time order kept within each depth
-        sorted_rows, sorted_depth = rows[by_depth].astype(np.int32), row_depth[by_depth]
-        if not len(sorted_rows):
+        if not len(rows):
             continue
-        bounds = np.flatnonzero(np.diff(sorted_depth)) + 1
-        for lane, lane_d in zip(np.split(sorted_rows, bounds), sorted_depth[np.r_[0, bounds]].tolist(), strict=True):
-            info["lanes"].append(len(lane_rows))
-            lane_rows.append(lane)
+        by_depth = stable_argsort(row_depth)  # time order kept within each depth
+        first = sum(lane_sizes)
+        raw_event[first : first + len(rows)] = rows[by_depth]
+        sorted_depth = row_depth[by_depth]
+        del by_depth
+        bounds = np.r_[0, np.flatnonzero(np.diff(sorted_depth)) + 1, len(rows)]
+        for lane_d, size in zip(sorted_depth[bounds[:-1]].tolist(), np.diff(bounds).tolist(), strict=True):
+            info["lanes"].append(len(lane_sizes))
+            lane_sizes.append(size)
             lane_track.append(slot)
             lane_depth.append(int(lane_d))
-
-    raw_event = np.concatenate(lane_rows) if lane_rows else np.zeros(0, np.int32)
-    lane_offsets = np.zeros(len(lane_rows) + 1, dtype=np.int64)
-    lane_offsets[1:] = np.cumsum([len(r) for r in lane_rows])
+    lane_offsets = np.zeros(len(lane_sizes) + 1, dtype=np.int64)
+    lane_offsets[1:] = np.cumsum(lane_sizes)
     return raw_event, lane_offsets, lane_track, lane_depth
 
 
@@ -297,55 +373,142 @@ def _greedy_depths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def _build_levels(
     lane_offsets: np.ndarray,
-    item_start: np.ndarray,
-    item_end: np.ndarray,
-    item_name: np.ndarray,
-    item_busy: np.ndarray,
+    slices: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]],
     duration: int,
-    keep: Callable[[int, np.ndarray, np.ndarray], None],
+    keep: Callable[[int, int], tuple[_GrowingArray, _GrowingArray]],
+    block: int = _BLOCK,
 ) -> tuple[list[int], list[int]]:
-    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count: handed to
-    ``keep(level, cuts, names)`` as soon as it is merged (the index writes it then, and holds one level at a time).
-    Returns the kept levels and their thresholds.
+    """Coarser and coarser partitions of every lane; a level is kept when it halves the item count. Returns the
+    kept levels and their thresholds. ``keep(level, count)`` gives the arrays a kept level's cuts (``count`` + 1:
+    the last is the slice count) and names are written to.
 
-    Level 0 is the raw slices: ``item_start`` / ``item_end`` (times, or keys: only differences within a lane are
-    read), ``item_name`` (int32) and ``item_busy`` (their durations). The levels are merged over these arrays,
-    which are overwritten: the caller passes arrays it no longer needs.
+    Level 0 is the raw slices: ``slices(first, last)`` gives the starts, ends (times, or keys: only differences
+    within a lane are read) and names (int32) of those at positions ``[first, last)``. Each level merges the items
+    of the one below, so an item's start, end, slice count and busy time are carried from level to level instead of
+    gathered again from the raw slices.
 
-    Each level merges the items of the one below, so an item's start, end, slice count and busy time are
-    carried from level to level instead of gathered again from the raw slices:
-    ~2x less CPU and memory than re-reading all rows for each level."""
+    In C (``_call_tree_sweep.merge_levels``) the slices come a block at a time through every level at once, twice:
+    the item counts first, which decide the levels kept, then the kept levels' items, written as they close. No
+    level is held whole (nsres_x1GB: 37 bytes a slice, 120 MiB, were the index's peak). In numpy, every level is
+    merged from the one below, whole."""
+    total = int(lane_offsets[-1])  # lane_offsets: one more than the lanes, from 0
+    lane_starts = lane_offsets[:-1][np.diff(lane_offsets) > 0]
+    lanes = len(lane_starts)
+    thresholds: list[int] = []
+    threshold = LEVEL_BASE_NS
+    while threshold <= max(duration, 1) * LEVEL_FACTOR:
+        thresholds.append(threshold)
+        threshold *= LEVEL_FACTOR
+    merge_levels = _call_tree_sweep.merge_levels if _call_tree_sweep is not None else None
+    if merge_levels is None:
+        return _build_levels_whole(lane_starts, slices(0, total), thresholds, keep)
+
+    def stream(kept: dict[int, int]) -> list[int]:
+        """Every slice through every level: the items each level closed. ``kept``: the levels whose items are
+        written, by index, with their item counts (from a first pass)."""
+        counts = [0] * len(thresholds)
+        state = np.zeros(len(thresholds) * LEVEL_STATE, dtype=np.int64)
+        wanted, outputs, out_cuts, out_names = (
+            None,
+            {level: keep(level + 1, n) for level, n in kept.items()},
+            None,
+            None,
+        )
+        if kept:
+            wanted = np.zeros(len(thresholds), dtype=bool)
+            wanted[list(kept)] = True
+            rows = min(block, total) + len(thresholds) + 1  # what a level can close in a block: one per item, its last
+            out_cuts, out_names = (
+                np.empty((len(thresholds), rows), np.int64),
+                np.empty((len(thresholds), rows), np.int32),
+            )
+        for first in range(0, max(total, 1), block):
+            last = min(first + block, total)
+            start, end, name = slices(first, last)
+            lane_first = np.zeros(last - first, dtype=bool)
+            lane_first[
+                lane_starts[np.searchsorted(lane_starts, first) : np.searchsorted(lane_starts, last)] - first
+            ] = 1
+            closed = merge_levels(
+                np.asarray(thresholds, dtype=np.int64),
+                state,
+                lane_first,
+                np.ascontiguousarray(name, dtype=np.int32),
+                np.ascontiguousarray(start, dtype=np.int64),
+                np.ascontiguousarray(end, dtype=np.int64),
+                first,
+                last == total,
+                wanted,
+                out_cuts,
+                out_names,
+            )
+            for level, (cuts, names) in outputs.items():
+                assert out_cuts is not None and out_names is not None
+                cuts.append(out_cuts[level, : closed[level]])
+                names.append(out_names[level, : closed[level]])
+            counts = [a + b for a, b in zip(counts, closed, strict=True)]
+        for cuts, names in outputs.values():
+            cuts.append(np.full(1, total, dtype=np.int64))
+            cuts.done()
+            names.done()
+        return counts
+
+    counts = stream({})
+    kept, kept_thresholds = _kept_levels(total, lanes, counts, thresholds)
+    if kept:
+        stream({level - 1: counts[level - 1] for level in kept})
+    return kept, kept_thresholds
+
+
+def _kept_levels(total: int, lanes: int, counts: list[int], thresholds: list[int]) -> tuple[list[int], list[int]]:
+    """The levels merged (while a level has more items than there are lanes) and kept (those with at most half the
+    items of the last one kept, from the raw slices), from each level's item count: ``(levels, thresholds)``."""
+    kept: list[int] = []
+    kept_thresholds: list[int] = []
+    last_kept_size = items_below = total
+    for level, (count, threshold) in enumerate(zip(counts, thresholds, strict=True), start=1):
+        if items_below <= lanes:
+            break
+        if count <= last_kept_size // 2:
+            kept.append(level)
+            kept_thresholds.append(threshold)
+            last_kept_size = count
+        items_below = count
+    return kept, kept_thresholds
+
+
+def _build_levels_whole(
+    lane_starts: np.ndarray,
+    raw: tuple[np.ndarray, np.ndarray, np.ndarray],
+    thresholds: list[int],
+    keep: Callable[[int, int], tuple[_GrowingArray, _GrowingArray]],
+) -> tuple[list[int], list[int]]:
+    """``_build_levels`` in numpy: each level merged whole from the one below."""
+    item_start, item_end = (np.array(values, dtype=np.int64) for values in raw[:2])
+    item_name = np.array(raw[2], dtype=np.int32)
     total = len(item_start)
     lane_first = np.zeros(total, dtype=bool)
-    lane_first[lane_offsets[:-1][np.diff(lane_offsets) > 0]] = True
-    lanes = int(lane_first.sum())
-    # level 0: every raw slice is an item
-    cuts = np.arange(total, dtype=np.int32 if total < 2**31 else np.int64)
-    item_slices = np.ones(total, dtype=np.int32 if total < 2**31 else np.int64)
-    kept: list[int] = []
-    thresholds: list[int] = []
-    last_kept_size = total
-    level, threshold = 0, LEVEL_BASE_NS
-    # in C each level is merged in one pass over the items, in place
-    merge_level = _call_tree_sweep.merge_level if _call_tree_sweep is not None else None
-    if merge_level is not None:
-        columns = (lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts)
-    while len(cuts) > lanes and threshold <= max(duration, 1) * LEVEL_FACTOR:
-        level += 1
-        if merge_level is not None:
-            count = merge_level(threshold, len(cuts), *columns)
-            lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts = (c[:count] for c in columns)
-        else:
-            lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts = _merge_level(
-                threshold, lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
-            )
-        if len(cuts) <= last_kept_size // 2:
-            keep(level, np.append(cuts, total).astype(np.int64), item_name.astype(np.int32))
-            kept.append(level)
-            thresholds.append(threshold)
-            last_kept_size = len(cuts)
-        threshold *= LEVEL_FACTOR
-    return kept, thresholds
+    lane_first[lane_starts] = True
+    item_busy = item_end - item_start
+    cuts = np.arange(total, dtype=np.int64)
+    item_slices = np.ones(total, dtype=np.int64)
+    counts: list[int] = []
+    for threshold in thresholds:
+        if len(cuts) <= len(lane_starts):
+            break
+        lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts = _merge_level(
+            threshold, lane_first, item_name, item_busy, item_slices, item_start, item_end, cuts
+        )
+        counts.append(len(cuts))
+        level = len(counts)
+        if level in _kept_levels(total, len(lane_starts), counts, thresholds[:level])[0]:
+            cut_values, name_values = keep(level, len(cuts))
+            cut_values.append(cuts)
+            cut_values.append(np.full(1, total, dtype=np.int64))
+            name_values.append(item_name)
+            cut_values.done()
+            name_values.done()
+    return _kept_levels(total, len(lane_starts), counts, thresholds[: len(counts)])
 
 
 def _merge_level(
@@ -358,7 +521,7 @@ def _merge_level(
     item_end: np.ndarray,
     cuts: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
-    """The items of one level from those of the level below (``_call_tree_sweep.merge_level`` in numpy): a lane's
+    """The items of one level from those of the level below (the numpy path of ``_build_levels``): a lane's
     first item, a lone slice at least ``threshold`` long and a gap at least that long break; each merged item is
     named by its first item of the most busy time."""
     single_wide = (item_slices == 1) & (item_end - item_start >= threshold)
@@ -495,7 +658,7 @@ def _counter_series(
     groups: list[dict[str, Any]],
     kind: np.ndarray,
     start: np.ndarray,
-    end: np.ndarray,
+    end: _Ends,
 ) -> dict[str, np.ndarray]:
     series: list[tuple[dict[str, Any], np.ndarray, np.ndarray]] = []
     gpu_groups = {g["device"]: g["id"] for g in groups if g["kind"] == "gpu"}
@@ -545,7 +708,7 @@ def _joined(pieces: list[np.ndarray], dtype: type) -> np.ndarray:
 
 
 def _gpu_series(
-    tables: TraceTables, start: np.ndarray, end: np.ndarray, group_for_device: Callable[[str], str]
+    tables: TraceTables, start: np.ndarray, end: _Ends, group_for_device: Callable[[str], str]
 ) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
     """GPU utilization and estimated SM efficiency per device (its temporaries gone on return)."""
     result = []
@@ -596,7 +759,7 @@ def _pieces(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> tuple[n
 
 
 def _queued_launch_series(
-    tables: TraceTables, tracks: list[dict[str, Any]], kind: np.ndarray, start: np.ndarray, end: np.ndarray
+    tables: TraceTables, tracks: list[dict[str, Any]], kind: np.ndarray, start: np.ndarray, end: _Ends
 ) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
     """Launches issued on the host whose device work has not finished yet, per stream."""
     events = tables.events
@@ -606,12 +769,17 @@ def _queued_launch_series(
     launch_rows = np.flatnonzero(is_one_of(kind, list(HOST_RUNTIME_KINDS)) & (correlation != NO_ID))
     if not len(device_rows) or not len(launch_rows):
         return []
+    # each array replaced by the next as soon as it is made (nsres_x1GB: 1.1M launches, 9 MB an array)
     launch_corr = correlation[launch_rows]
     order = np.argsort(launch_corr, kind="stable")
-    sorted_corr = launch_corr[order]
-    first = np.flatnonzero(np.r_[True, sorted_corr[1:] != sorted_corr[:-1]])  # the first launch of each id
-    launch_of_device = _match(sorted_corr[first], launch_rows[order][first], correlation[device_rows])
-    del launch_rows, launch_corr, order, sorted_corr, first
+    launch_corr = launch_corr[order]
+    launch_rows = launch_rows[order]
+    del order
+    first = np.r_[True, launch_corr[1:] != launch_corr[:-1]]  # the first launch of each id
+    launch_corr, launch_rows = launch_corr[first], launch_rows[first]
+    del first
+    launch_of_device = _match(launch_corr, launch_rows, correlation[device_rows])
+    del launch_rows, launch_corr
     matched = launch_of_device >= 0
     device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
     group_of_track = {t["id"]: t["group"] for t in tracks}
@@ -632,10 +800,10 @@ def _queued_launches(finishes: np.ndarray, launches: np.ndarray) -> tuple[np.nda
     t = np.concatenate([finishes, launches])
     order = np.argsort(t, kind="stable")
     t = t[order]
-    step = np.ones(len(t), dtype=np.int8)
-    step[: len(finishes)] = -1
-    level = np.cumsum(step[order], dtype=np.int64)
-    del order, step
+    step = (order >= len(finishes)).view(np.int8) * np.int8(2) - np.int8(1)  # a finish -1, a launch +1
+    del order
+    level = np.cumsum(step, dtype=np.int64)
+    del step
     last = np.r_[t[1:] != t[:-1], True]
     return t[last], level[last].astype(np.float64)
 
