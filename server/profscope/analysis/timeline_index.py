@@ -296,6 +296,7 @@ def _lanes(
 ) -> tuple[np.ndarray, np.ndarray, list[int], list[int]]:
     """Lanes in display order, (track slot, depth), and the raw slice rows in lane order: ``(raw_event,
     lane_offsets, lane_track, lane_depth)``. Lists each slice track's lanes, depth and event count in ``tracks``."""
+
     def rows_of(info: dict[str, Any]) -> np.ndarray:
         return step_rows if info["id"] == STEPS_TRACK else track_rows.get(int(info["id"][1:]), np.zeros(0, np.int32))
 
