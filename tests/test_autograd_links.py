@@ -61,3 +61,26 @@ def test_nodes_out_of_tree_order_take_the_sort(seed: int) -> None:
     assert fast is not None
     np.testing.assert_array_equal(fast, _outermost_by_sort(*in_order, tracks, times))
     assert (fast == NO_ID).any()  # track 3 has no node: the "none" answer is exercised too
+
+
+def test_the_links_leave_no_page_of_the_flows_mapped(tmp_path) -> None:
+    """The flows are read once, at the start of the Module view's build; their pages stayed mapped through the rest
+    of it (nsres_x1GB: 40 MiB, at the peak of the worker that computed it). They are released once read; the
+    events' pages the build goes on reading stay; the links are the same."""
+    from conftest import resident_bytes_mapped_under
+    from profscope.tables import TraceTables
+
+    parsed = parse_trace_file(corpus_file(TRACES[1]))
+    want = fwdbwd_links(parsed, TraceContext(parsed).tree)
+    parsed.save(tmp_path / "tables")
+    tables = TraceTables.load(tmp_path / "tables")
+    context = TraceContext(tables)
+    tree = context.tree
+    np.asarray(tables.events["ts_ns"]).sum()  # read: mapped
+    links = fwdbwd_links(tables, tree)
+    assert len(links.forward_node) > 0
+    for name in ("forward_track", "forward_ts", "forward_node", "backward_node"):
+        np.testing.assert_array_equal(getattr(links, name), getattr(want, name))
+    flows = sorted((tmp_path / "tables").glob("flows.*.npy"))
+    assert len(flows) >= 4 and all(resident_bytes_mapped_under(path) == 0 for path in flows)
+    assert resident_bytes_mapped_under(tmp_path / "tables" / "events.ts_ns.npy") > 0

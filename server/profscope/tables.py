@@ -254,14 +254,16 @@ class TraceTables:
             shutil.rmtree(directory)
         os.replace(staging, directory)
 
-    def release_pages(self, but: Collection[str] = ()) -> None:
+    def release_pages(self, but: Collection[str] = (), table: str | None = None) -> None:
         """Unmap the pages of the memory-mapped columns read so far: the next read maps them again from the page
         cache. A process that runs one view after another so holds only what the current one reads. ``but``: the
-        columns (``"table.column"``) whose pages stay, which the caller reads next."""
+        columns (``"table.column"``) whose pages stay, which the caller reads next; ``table``: only that table's."""
         if not hasattr(mmap, "MADV_DONTNEED"):  # not Linux or macOS: the pages stay
             return
-        for table_name, table in self.columns.items():
-            for column_name, values in table.items():
+        for table_name, columns in self.columns.items():
+            if table is not None and table_name != table:
+                continue
+            for column_name, values in columns.items():
                 if f"{table_name}.{column_name}" in but:
                     continue
                 mapping = getattr(values, "_mmap", None)

@@ -48,6 +48,9 @@ STEPS_TRACK = "steps"
 _BLOCK = 1 << 16  # slices per block: their keys, busy times and names, and the levels' merge
 LEVEL_STATE = 10  # int64 per level carried from block to block by _call_tree_sweep.merge_levels
 
+# the events' columns the slices' layout reads: their pages stay mapped while the build reads them again
+_SLICE_COLUMNS = frozenset(f"events.{name}" for name in ("ts_ns", "dur_ns", "track", "kind", "name"))
+
 KIND_NAMES = {kind.value: kind.name.lower() for kind in Kind}
 HOST_RUNTIME_KINDS = (Kind.RUNTIME, Kind.DRIVER)
 
@@ -139,8 +142,7 @@ def build_timeline_index(tables: TraceTables, spill_to: Path | None = None) -> T
     for name in list(counters):
         finished(name, counters.pop(name))  # each dropped once written
     del counters
-    # the columns only the counters read (the launches' correlations: 27 MB at 1 GB) go; the slices' stay
-    tables.release_pages(but={f"events.{name}" for name in ("ts_ns", "dur_ns", "track", "kind", "name")})
+    tables.release_pages(but=_SLICE_COLUMNS)  # the columns only the counters read go
 
     track_rows = rows_by_value(track, np.int32)  # 13 MB at 1 GB through the depths and the lanes, not 27
     depth = _event_depths(track_rows, start, end)
@@ -771,7 +773,9 @@ def _queued_launch_series(
     if not len(device_rows) or not len(launch_rows):
         return []
     # each array replaced by the next as soon as it is made (nsres_x1GB: 1.1M launches, 9 MB an array)
-    launch_corr = correlation[launch_rows]
+    launch_corr, device_corr = correlation[launch_rows], correlation[device_rows]
+    del correlation
+    tables.release_pages(but=_SLICE_COLUMNS)  # the correlations' pages (27 MB at 1 GB) go before the matching
     order = np.argsort(launch_corr, kind="stable")
     launch_corr = launch_corr[order]
     launch_rows = launch_rows[order]
@@ -779,8 +783,8 @@ def _queued_launch_series(
     first = np.r_[True, launch_corr[1:] != launch_corr[:-1]]  # the first launch of each id
     launch_corr, launch_rows = launch_corr[first], launch_rows[first]
     del first
-    launch_of_device = _match(launch_corr, launch_rows, correlation[device_rows])
-    del launch_rows, launch_corr
+    launch_of_device = _match(launch_corr, launch_rows, device_corr)
+    del launch_rows, launch_corr, device_corr
     matched = launch_of_device >= 0
     device_rows, launch_of_device = device_rows[matched], launch_of_device[matched]
     group_of_track = {t["id"]: t["group"] for t in tracks}
