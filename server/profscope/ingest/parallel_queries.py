@@ -2,8 +2,9 @@
 
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
 they are independent of each other. The call tree, which nearly every query reads, is built on a thread
-(``TreeBuilding``: from the events table still in memory, started as soon as the parse is done) while the worker
-saves the tables and runs its first job, the Overview, which computes what needs no tree first. Once both are done
+(``TreeBuilding``: from the tables still in memory, started as soon as the parse is done, read from their files
+once saved) while the worker saves the tables and runs its first job, the Overview, which computes what needs no tree
+first. Once both are done
 the worker forks a child for the timeline index, which needs no call tree, and a second child, which shares the
 tables, the tree and every import (copy on write: nothing is loaded or computed twice), waits for the timeline
 child to end, and from then on takes, as the worker does, the next job of one ordered list through a shared
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("profscope.ingest")
 
 ONE_CORE_BELOW_BYTES = 4 << 20  # stored bytes (gzip: ~60-90 MB of JSON): the views take well under a second
-# the events' columns the call tree and the steps read (call_tree.py, steps.py): held in memory while it is built
-TREE_READS = frozenset({"ts_ns", "dur_ns", "track", "kind", "name", "correlation", "external_id"})
 TIMELINE = "timeline"  # the job that builds the Trace view's index (not a query: arrays, not JSON)
 Report = tuple[str, str, float, "str | None"]  # (job, stored name, seconds, error)
 
@@ -89,8 +88,8 @@ class ViewJobs:
             with contextlib.suppress(Exception):
                 self.context.steps  # noqa: B018
                 self.context.tree  # noqa: B018
-            # the jobs that follow read the saved tables: the tables in memory and the launches, held by the
-            # building for the jobs run meanwhile, go
+            # the jobs that follow read the saved tables: the building's tables (its columns mapped since the save)
+            # and the launches, held for the jobs run meanwhile, go
             self.context = self.context.on(self.tables)
             building.release()
             self.tables.release_pages()  # the helper forked next would hold the pages they read too
@@ -172,18 +171,16 @@ class TreeBuilding:
         self.seconds = time.perf_counter() - mark
 
     def read_saved(self, saved: TraceTables) -> None:
-        """The tables are saved (``saved``: read from their files): from here every column but the events' the
-        tree reads is read from its file, by the thread and the jobs run meanwhile alike (the tables in memory are
-        changed in place, the thread's too). The columns in memory go: each would stay resident beside its mapped
-        copy (the events' categories: 13 MB at 1 GB)."""
+        """The tables are saved (``saved``: read from their files): from here every column is read from its file,
+        by the thread and the jobs run meanwhile alike. The tables in memory are changed in place, column by column:
+        the thread's own reference to them sees the change, and each column in memory goes once no frame holds it
+        (the events: ~150 MB at 1 GB, held to the fork otherwise). Their pages are in the page cache the save just
+        filled: a read maps them (the call tree unmaps what it has read, ``build_call_tree``)."""
         if self.tables is not None:
             for name, columns in saved.columns.items():
-                if name != "events":
-                    self.tables.columns[name] = columns
-                    continue
-                events = dict(self.tables.columns[name])
-                events.update({column: values for column, values in columns.items() if column not in TREE_READS})
-                self.tables.columns[name] = events
+                held = self.tables.columns.setdefault(name, {})
+                for column, values in columns.items():
+                    held[column] = values
 
     def join(self) -> None:
         self._thread.join()
@@ -199,7 +196,7 @@ class TreeBuilding:
     def started(cls, tables: TraceTables) -> Iterator[TreeBuilding]:
         """A building of ``tables``' tree, joined on leaving (whatever happened meanwhile: no fork while it runs)."""
         building = cls(tables)
-        del tables  # held by the building alone: the tables in memory go once the tree and the first job are done
+        del tables  # held by the building alone (its columns read from their files once saved: ``read_saved``)
         try:
             yield building
         finally:
