@@ -411,12 +411,8 @@ def _build_levels(
         written, by index, with their item counts (from a first pass)."""
         counts = [0] * len(thresholds)
         state = np.zeros(len(thresholds) * LEVEL_STATE, dtype=np.int64)
-        wanted, outputs, out_cuts, out_names = (
-            None,
-            {level: keep(level + 1, n) for level, n in kept.items()},
-            None,
-            None,
-        )
+        outputs = {level: keep(level + 1, count) for level, count in kept.items()}
+        wanted = out_cuts = out_names = None
         if kept:
             wanted = np.zeros(len(thresholds), dtype=bool)
             wanted[list(kept)] = True
@@ -431,9 +427,9 @@ def _build_levels(
             lane_first = np.zeros(last - first, dtype=bool)
             lane_first[
                 lane_starts[np.searchsorted(lane_starts, first) : np.searchsorted(lane_starts, last)] - first
-            ] = 1
+            ] = True
             closed = merge_levels(
-                np.asarray(thresholds, dtype=np.int64),
+                level_thresholds,
                 state,
                 lane_first,
                 np.ascontiguousarray(name, dtype=np.int32),
@@ -456,6 +452,7 @@ def _build_levels(
             names.done()
         return counts
 
+    level_thresholds = np.asarray(thresholds, dtype=np.int64)
     counts = stream({})
     kept, kept_thresholds = _kept_levels(total, lanes, counts, thresholds)
     if kept:

@@ -3,14 +3,13 @@
 After the parse, a big trace's cached queries and its timeline index cost more than the parse itself, and
 they are independent of each other. The call tree, which nearly every query reads, is built on a thread
 (``TreeBuilding``: from the tables still in memory, started as soon as the parse is done, read from their files
-once saved) while the worker saves the tables and runs its first job, the Overview, which computes what needs no tree
-first. Once both are done
-the worker forks a child for the timeline index, which needs no call tree, and a second child, which shares the
-tables, the tree and every import (copy on write: nothing is loaded or computed twice), waits for the timeline
-child to end, and from then on takes, as the worker does, the next job of one ordered list through a shared
-counter: the ``first`` queries, then the others as declared. The child writes each
-result into the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each page
-answers as soon as its own result is written.
+once saved) while the worker saves the tables and runs its first job, the Overview, which computes what needs no
+tree first. Once both are done the worker forks a child for the timeline index, which needs no call tree, and a
+second child, which shares the tables, the tree and every import (copy on write: nothing is loaded or computed
+twice), waits for the timeline child to end, and from then on takes, as the worker does, the next job of one
+ordered list through a shared counter: the ``first`` queries, then the others as declared. The child writes each
+result into the cache entry and says so; the worker lists it in the entry's manifest as the results come, so each
+page answers as soon as its own result is written.
 
 A helper that dies or cannot start costs nothing but time: the jobs it had taken and not reported are done
 by the worker. Small traces never pay for a process (``ONE_CORE_BELOW_BYTES``), nor does a parse that shares
@@ -178,9 +177,7 @@ class TreeBuilding:
         filled: a read maps them (the call tree unmaps what it has read, ``build_call_tree``)."""
         if self.tables is not None:
             for name, columns in saved.columns.items():
-                held = self.tables.columns.setdefault(name, {})
-                for column, values in columns.items():
-                    held[column] = values
+                self.tables.columns.setdefault(name, {}).update(columns)
 
     def join(self) -> None:
         self._thread.join()
