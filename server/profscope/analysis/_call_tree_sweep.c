@@ -512,6 +512,22 @@ typedef struct {
     Py_ssize_t levels, capacity;
 } Levels;
 
+/* The item a level's state has open */
+static inline LevelItem open_item(const int64_t *state) {
+    return (LevelItem){state[GROUP_START], state[GROUP_END], state[GROUP_BUSY],       state[GROUP_SLICES],
+                       state[GROUP_CUT],   state[BEST_NAME], state[GROUP_LANE_FIRST]};
+}
+
+/* `closed`, final at level `level`: counted, and written out if the level's items are wanted */
+static inline void record_closed(Levels *levels, Py_ssize_t level, LevelItem closed) {
+    if (levels->out_cuts != NULL && levels->wanted[level]) {
+        Py_ssize_t at = level * levels->capacity + levels->counts[level];
+        levels->out_cuts[at] = closed.cut;
+        levels->out_names[at] = (int32_t)closed.name;
+    }
+    levels->counts[level]++;
+}
+
 /* `item` (final at level `level` - 1) fed to level `level`; a group it closes is final there and fed to the next */
 static void feed_level(Levels *levels, Py_ssize_t level, LevelItem item) {
     for (; level < levels->levels; level++) {
@@ -522,8 +538,7 @@ static void feed_level(Levels *levels, Py_ssize_t level, LevelItem item) {
         if (!state[HAS_GROUP] || item.lane_first || wide || state[PREVIOUS_WIDE] ||
             item.start - state[GROUP_END] >= threshold) {
             if (state[HAS_GROUP]) {
-                closed = (LevelItem){state[GROUP_START], state[GROUP_END], state[GROUP_BUSY], state[GROUP_SLICES],
-                                     state[GROUP_CUT], state[BEST_NAME], state[GROUP_LANE_FIRST]};
+                closed = open_item(state);
                 has_closed = 1;
             }
             state[HAS_GROUP] = 1;
@@ -543,12 +558,7 @@ static void feed_level(Levels *levels, Py_ssize_t level, LevelItem item) {
         state[GROUP_END] = item.end;
         state[PREVIOUS_WIDE] = wide;
         if (!has_closed) return;
-        if (levels->out_cuts != NULL && levels->wanted[level]) {
-            Py_ssize_t at = level * levels->capacity + levels->counts[level];
-            levels->out_cuts[at] = closed.cut;
-            levels->out_names[at] = (int32_t)closed.name;
-        }
-        levels->counts[level]++;
+        record_closed(levels, level, closed);
         item = closed;
     }
 }
@@ -559,14 +569,8 @@ static void close_levels(Levels *levels) {
         int64_t *state = levels->state + level * LEVEL_STATE;
         if (!state[HAS_GROUP]) continue;
         state[HAS_GROUP] = 0;
-        LevelItem closed = {state[GROUP_START], state[GROUP_END],  state[GROUP_BUSY],       state[GROUP_SLICES],
-                            state[GROUP_CUT],   state[BEST_NAME], state[GROUP_LANE_FIRST]};
-        if (levels->out_cuts != NULL && levels->wanted[level]) {
-            Py_ssize_t at = level * levels->capacity + levels->counts[level];
-            levels->out_cuts[at] = closed.cut;
-            levels->out_names[at] = (int32_t)closed.name;
-        }
-        levels->counts[level]++;
+        LevelItem closed = open_item(state);
+        record_closed(levels, level, closed);
         feed_level(levels, level + 1, closed);
     }
 }
