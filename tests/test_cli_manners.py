@@ -16,7 +16,7 @@ import httpx
 
 from conftest import corpus_file
 from profscope import __version__
-from serving import free_port, get_json, start_server, wait_for
+from serving import alive, children_of, free_port, get_json, start_server, wait_for
 
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 PROFSCOPE = [sys.executable, "-m", "profscope.cli"]
@@ -138,6 +138,25 @@ def test_serving_on_is_said_once_the_port_accepts_connections(tmp_path: Path) ->
     finally:
         process.terminate()
         process.wait(timeout=30)
+    assert process.returncode == 0  # stopped by its own handler, its workers with it
+
+
+def test_a_stop_while_the_views_are_imported_is_a_clean_exit(tmp_path: Path) -> None:
+    """SIGTERM once the first files are listed and handed to the workers, ~0.5 s before "serving": the
+    server stops its workers and exits 0 (before, it died of the signal and left its workers to notice)."""
+    command = [*PROFSCOPE, "serve", "--port", str(free_port()), "--cache-dir", str(tmp_path / "cache")]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        while "listed for the first time" not in (line := process.stderr.readline()):
+            assert line, "the server exited before listing its root"
+        workers = children_of(process.pid)
+        assert workers  # forked before the listing
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert process.returncode == 0
+    wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10)
 
 
 def test_the_server_s_connections_send_small_writes_at_once(tmp_path: Path) -> None:

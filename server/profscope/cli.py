@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -400,8 +399,10 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 KEEP_ALIVE_SECONDS = 75
 
 
-class _Stopped(Exception):
-    """SIGINT or SIGTERM after uvicorn's graceful shutdown (uvicorn raises the signal again once it is done)."""
+class _Stopped(BaseException):
+    """SIGINT or SIGTERM: before uvicorn runs (while the views are imported), or after its graceful shutdown
+    (uvicorn raises the signal again once it is done). A BaseException, as KeyboardInterrupt is: no
+    ``except Exception`` on the way takes it for an error."""
 
 
 def _stop_on_signal(number: int, frame: object) -> None:
@@ -454,18 +455,26 @@ def serve(args: argparse.Namespace) -> int:
 
         queries = declared_queries()
     prestart_workers(settings.workers, settings.worker_memory_bytes)
+    # From here a SIGTERM or Ctrl+C stops the workers and exits 0, also while the views are still imported
+    # (the forked workers keep the default handlers: the pool's terminate ends them at once)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _stop_on_signal)
     try:
-        sock = _bind(settings.host, settings.port)
-    except OSError as exc:
-        stop_prestarted_workers()
-        print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
-        return 2
-    state = Profscope(settings, queries=queries)
-    try:
-        state.start()
-        return _serve_app(args, settings, sock, state)
+        try:
+            sock = _bind(settings.host, settings.port)
+        except OSError as exc:
+            print(f"profscope serve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+            return 2
+        state = Profscope(settings, queries=queries)  # takes the prestarted workers
+        try:
+            state.start()
+            return _serve_app(args, settings, sock, state)
+        finally:
+            state.stop()  # also when the app never started (its lifespan stops it too: a second stop does nothing)
+    except _Stopped:
+        return 0
     finally:
-        state.stop()  # also when the app never started (the app's lifespan stops it too: a second stop does nothing)
+        stop_prestarted_workers()  # the workers no manager took (the server stopped before it made one)
 
 
 def _serve_app(args: argparse.Namespace, settings: Settings, sock: socket.socket, state: Profscope) -> int:
@@ -499,10 +508,7 @@ def _serve_app(args: argparse.Namespace, settings: Settings, sock: socket.socket
         http=guarded_protocol(settings.header_timeout_s, settings.max_connections),
         proxy_headers=False,  # X-Forwarded-* is believed only from --trusted-proxy (auth.py), not from uvicorn
     )  # fmt: skip
-    for number in (signal.SIGINT, signal.SIGTERM):  # a normal exit: the parser pool's queues are released
-        signal.signal(number, _stop_on_signal)
-    with contextlib.suppress(_Stopped):
-        uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(config).run(sockets=[sock])  # a signal ends it gracefully, then raises _Stopped
     return 0
 
 

@@ -2,8 +2,8 @@
 
 The server never parses: it queues traces here, the pool (``--workers`` processes, spawned once)
 reads each from its source, parses it, computes every registered payload and writes the cache.
-Progress (bytes read) comes back over a queue. A worker that dies (killed, out of memory) breaks
-the pool: the pool is rebuilt, the trace is retried once and then marked failed with the reason.
+Progress (bytes read) comes back over a pipe (``progress_channel``). A worker that dies (killed, out of
+memory) breaks the pool: the pool is rebuilt, the trace is retried once and then marked failed with the reason.
 Faults are pinned on the file that caused them: each worker reports its pid when it starts a trace,
 so when the pool breaks, only the traces whose worker died spend an attempt (the others, whose
 workers the broken pool stopped, are parsed again as if nothing happened). A parse running longer
@@ -48,6 +48,7 @@ from profscope.ingest.nsys import parse_nsys
 from profscope.ingest.paddle import parse_any_trace
 from profscope.ingest.parallel_decode import SpeculationFailed
 from profscope.ingest.parallel_queries import TreeBuilding, compute_views, job_names, stored_name, two_cores
+from profscope.ingest.progress_channel import ProgressChannel
 from profscope.ingest.request import ALL, FIRST, REST, IngestRequest, ingest_timings
 from profscope.sources import Source, SourceError
 
@@ -64,7 +65,7 @@ SHARED_CACHE_UPLOADERS = 2
 WORKER_NICENESS = 10  # added to the server's: parse workers run at a lower CPU priority
 CACHE_RETRY_SECONDS = 30.0  # a trace whose cache could not be written is parsed again after this
 WATCHDOG_INTERVAL_S = 0.5
-_progress_queue: Any = None
+_progress_channel: ProgressChannel | None = None
 # file kind -> the parser of its event tables: (stream, on_progress=, max_trace_bytes=) -> TraceTables
 TABLE_PARSERS: dict[str, Callable[..., Any]] = {TRACE: parse_any_trace, NSYS: parse_nsys}
 
@@ -100,9 +101,9 @@ class IngestState:
 
 
 # ---- in the worker process -------------------------------------------------------------------
-def _init_worker(queue: Any, memory_bytes: int = 0) -> None:
-    global _progress_queue
-    _progress_queue = queue
+def _init_worker(channel: ProgressChannel, memory_bytes: int = 0) -> None:
+    global _progress_channel
+    _progress_channel = channel
     # Ctrl+C in a terminal reaches the whole process group: the server stops its workers itself, so a
     # worker must not die mid-parse with a KeyboardInterrupt traceback of its own. It was spawned with SIGINT
     # blocked (a Ctrl+C while it was still importing waits, then is dropped here).
@@ -139,15 +140,15 @@ def run_ingest(request: IngestRequest) -> dict[str, Any]:
 
     cache = TraceCache(Path(request.cache_root))
     last_report = 0.0
-    if _progress_queue is not None:  # which process parses what: a fault is pinned on its own file
-        _progress_queue.put((request.cache_key, "worker", os.getpid()))
+    if _progress_channel is not None:  # which process parses what: a fault is pinned on its own file
+        _progress_channel.put((request.cache_key, "worker", os.getpid()))
 
     def on_progress(bytes_read: int) -> None:
         nonlocal last_report
         now = time.monotonic()
-        if _progress_queue is not None and now - last_report >= PROGRESS_INTERVAL_S:
+        if _progress_channel is not None and now - last_report >= PROGRESS_INTERVAL_S:
             last_report = now
-            _progress_queue.put((request.cache_key, "bytes", bytes_read))
+            _progress_channel.put((request.cache_key, "bytes", bytes_read))
 
     if request.kind == "snapshot":
         from profscope.ingest.snapshot_job import ingest_snapshot
@@ -295,7 +296,7 @@ def _warm_up() -> None:
 
 
 # ---- in the server process -------------------------------------------------------------------
-_prestarted: tuple[ProcessPoolExecutor, Any, int, int] | None = None  # pool, its progress queue, workers, memory cap
+_prestarted: tuple[ProcessPoolExecutor, ProgressChannel, int, int] | None = None  # pool, progress, workers, memory cap
 
 
 def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
@@ -309,18 +310,18 @@ def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
     global _prestarted
     fork = sys.platform.startswith("linux") and threading.active_count() == 1
     context = multiprocessing.get_context("fork" if fork else "spawn")
-    # the manager hands this queue to the spawned workers it starts later (a restart): a spawn context's
-    # lock, which forked workers inherit as well
-    queue = multiprocessing.get_context("spawn").SimpleQueue()
+    # the manager hands this channel to the spawned workers it starts later (a restart): forked workers
+    # inherit its pipe, spawned ones get it pickled
+    channel = ProgressChannel(multiprocessing.get_context("spawn"))
     with _sigint_blocked():  # as in IngestManager._pump: the workers start with Ctrl+C held off
         pool = ProcessPoolExecutor(
-            max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(queue, memory_bytes)
+            max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(channel, memory_bytes)
         )
         # forked: every worker starts now, before the pool's own thread; spawned: one, the others when a
         # second parse is queued
         with objects_frozen_for_fork():
             pool.submit(os.getpid if fork else _warm_up)  # a forked worker has everything imported already
-    _prestarted = (pool, queue, max(1, workers), memory_bytes)
+    _prestarted = (pool, channel, max(1, workers), memory_bytes)
 
 
 def stop_prestarted_workers() -> None:
@@ -331,16 +332,16 @@ def stop_prestarted_workers() -> None:
         _prestarted = None
 
 
-def _take_prestarted(workers: int, memory_bytes: int) -> tuple[ProcessPoolExecutor, Any] | None:
+def _take_prestarted(workers: int, memory_bytes: int) -> tuple[ProcessPoolExecutor, ProgressChannel] | None:
     global _prestarted
     taken, _prestarted = _prestarted, None
     if taken is None:
         return None
-    pool, queue, prestarted_workers, prestarted_memory = taken
+    pool, channel, prestarted_workers, prestarted_memory = taken
     if (prestarted_workers, prestarted_memory) != (workers, memory_bytes):
         _stop_pool(pool)
         return None
-    return pool, queue
+    return pool, channel
 
 
 class IngestManager:
@@ -371,9 +372,10 @@ class IngestManager:
         self.max_trace_bytes = max_trace_bytes
         self.max_snapshot_bytes = max_snapshot_bytes
         self._context = multiprocessing.get_context("spawn")
-        # SimpleQueue: a worker's put() writes to the pipe itself. A Queue hands it to a feeder thread,
-        # which never runs while a hung parse holds the GIL: its pid would never reach the watchdog.
-        self._progress = self._context.SimpleQueue()
+        # A worker's put() writes to the pipe itself (a Queue hands it to a feeder thread, which never runs
+        # while a hung parse holds the GIL: its pid would never reach the watchdog), and takes no lock (a
+        # SimpleQueue's, held by a killed worker, would block every later put: see progress_channel)
+        self._progress = ProgressChannel(self._context)
         self._pool: ProcessPoolExecutor | None = None
         prestarted = _take_prestarted(self.workers, self.limits.memory_bytes)
         if prestarted is not None:
