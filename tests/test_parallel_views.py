@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import random
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -117,6 +119,47 @@ def test_a_helper_that_died_costs_nothing_but_time(
     summary = run_ingest(two)
     assert "error" not in summary and summary["view_errors"] == {} and summary["views_by_helper"] == []
     assert _results(two) == _results(one)
+
+
+def test_the_shared_counter_gives_each_job_once_in_order_then_the_number_of_jobs() -> None:
+    with parallel_queries.Counter(5) as counter:
+        assert counter.peek() == 0
+        assert [counter.take(), counter.take()] == [0, 1]
+        assert counter.peek() == 2
+        assert [counter.take() for _ in range(5)] == [2, 3, 4, 5, 5]
+        assert counter.peek() == 5
+    alone = parallel_queries.Counter()
+    assert [alone.take(), alone.peek(), alone.take()] == [0, 1, 1]
+
+
+def _take_every_job(counter: parallel_queries.Counter) -> None:
+    while counter.take() < 255:
+        pass
+
+
+def test_a_helper_killed_at_any_moment_blocks_no_take_of_the_worker() -> None:
+    """A helper the OOM killer ends in the middle of a take: the worker's next take still answers at once.
+    (With ``multiprocessing.Value``'s lock, which the killed helper held, the worker waited for good.)"""
+    rng = random.Random(20261207)
+    context = multiprocessing.get_context("fork")
+    for _ in range(30):
+        with parallel_queries.Counter(255) as counter:
+            helper = context.Process(target=_take_every_job, args=(counter,))
+            helper.start()
+            while counter.peek() == 0:  # killed as soon as it takes jobs, at a moment of its takes
+                pass
+            spin = time.perf_counter() + rng.uniform(0.0, 0.0001)
+            while time.perf_counter() < spin:
+                pass
+            os.kill(helper.pid, signal.SIGKILL)
+            helper.join()
+            seen: list[tuple[int, int]] = []  # the worker's peek, then its take
+            worker = threading.Thread(target=lambda c=counter, t=seen: t.append((c.peek(), c.take())), daemon=True)
+            worker.start()
+            worker.join(10)
+            assert not worker.is_alive(), "the worker's counter is blocked"
+            [(next_job, taken)] = seen
+            assert taken == next_job  # the next job, or 255 (none) once all are taken
 
 
 def test_small_or_crowded_parses_stay_on_one_core(tmp_path: Path) -> None:

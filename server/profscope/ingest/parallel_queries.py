@@ -19,16 +19,19 @@ the machine with others (``IngestRequest.second_core``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import multiprocessing
 import os
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_processes
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from profscope.cache import TraceCache
 from profscope.ingest.malloc_tuning import freed_heap_set_aside, objects_frozen_for_fork
@@ -202,27 +205,53 @@ class TreeBuilding:
 
 
 class Counter:
-    """The index of the next job, shared by the worker and its helper (one process only: a plain int)."""
+    """The index of the next job: a plain int in one process; with ``jobs``, shared by the worker and the helpers
+    it forks, through a pipe that holds one byte a job not yet taken (its index, in order). A take is a one-byte
+    read: a process killed at any moment (the OOM killer, by hand) has taken its job or not, and holds nothing the
+    others wait for. (A lock, as ``multiprocessing.Value``'s, held by a killed helper, blocked the worker until the
+    parse's deadline; it also needed shared memory, which a container without /dev/shm lacks.)"""
 
-    def __init__(self, shared: Any = None) -> None:
-        self._shared = shared
+    def __init__(self, jobs: int | None = None) -> None:
         self._local = 0
+        self._jobs = jobs
+        self._read: int | None = None
+        if jobs is not None:
+            tokens = bytes(range(jobs))  # ValueError past 256 jobs
+            self._read, write = os.pipe()
+            os.write(write, tokens)  # all at once: a pipe holds 64 KiB
+            os.close(write)  # no writer left: a read of the empty pipe returns nothing at once
 
     def peek(self) -> int:
         """The next index, not taken."""
-        if self._shared is None:
+        if self._read is None:
             return self._local
-        with self._shared.get_lock():
-            return int(self._shared.value)
+        assert self._jobs is not None
+        return self._jobs - _unread(self._read)
 
     def take(self) -> int:
-        if self._shared is None:
+        """The next index, taken; the number of jobs once every one is."""
+        if self._read is None:
             self._local += 1
             return self._local - 1
-        with self._shared.get_lock():
-            taken = self._shared.value
-            self._shared.value = taken + 1
-            return taken
+        assert self._jobs is not None
+        taken = os.read(self._read, 1)
+        return taken[0] if taken else self._jobs
+
+    def close(self) -> None:
+        if self._read is not None:
+            os.close(self._read)
+            self._read = None
+
+    def __enter__(self) -> Counter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _unread(fd: int) -> int:
+    """The bytes a pipe holds, not read yet."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 class ForkedHelper:
@@ -298,7 +327,7 @@ def compute_views(
     jobs the helper did. Meanwhile the heap the parse freed is set aside (``freed_heap_set_aside``): the large
     arrays of the call tree, the timeline index and the queries get mappings of their own, in every process.
     ``building``: the call tree, started on a thread already (on two cores, by the worker that parsed)."""
-    with freed_heap_set_aside() as heap:
+    with freed_heap_set_aside() as heap, contextlib.ExitStack() as closing:
         names = job_names(request) if names is None else names
         every_job = list(names)
         errors: dict[str, str] = {}
@@ -323,8 +352,8 @@ def compute_views(
         second = two_cores(request)
         if second:
             try:
-                counter = Counter(multiprocessing.get_context("fork").Value("q", 0))
-            except OSError:  # no shared memory for its lock here (a container without /dev/shm): one core it is
+                counter = closing.enter_context(Counter(len(names)))
+            except OSError:  # no file descriptor left for its pipe: one core it is
                 second = False
         if building is not None and not second:  # no second core after all (no shared memory): its tree, once built
             building.join()
