@@ -16,7 +16,7 @@ import httpx
 
 from conftest import corpus_file
 from profscope import __version__
-from serving import alive, children_of, free_port, get_json, start_server, wait_for
+from serving import alive, children_of, free_port, get_json, stacks_then_kill, start_server, wait_for
 
 TINYGPT = "generated/tinygpt_cpu/worker0.1795315486519085323.pt.trace.json.gz"
 PROFSCOPE = [sys.executable, "-m", "profscope.cli"]
@@ -136,9 +136,40 @@ def test_serving_on_is_said_once_the_port_accepts_connections(tmp_path: Path) ->
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # accepted (into the backlog) the moment the line is out
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        _stop(process)
     assert process.returncode == 0  # stopped by its own handler, its workers with it
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM, and the process gone within 30 s: else the failure shows where each of its threads was."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        stacks_then_kill(process)
+        _, stderr = process.communicate()
+        raise AssertionError(f"profscope serve did not stop on SIGTERM; its stacks:\n{stderr[-8000:]}") from None
+
+
+def test_sigusr1_prints_every_thread_s_stack_and_the_server_goes_on(tmp_path: Path) -> None:
+    port = free_port()
+    command = [*PROFSCOPE, "serve", "--port", str(port), "--cache-dir", str(tmp_path / "cache")]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        while "serving" not in (line := process.stderr.readline()):
+            assert line, "the server exited without saying where it serves"
+        process.send_signal(signal.SIGUSR1)
+        dump = []
+        while "_serve_app" not in (line := process.stderr.readline()):  # the main thread, in uvicorn's run
+            assert line, "the server exited on SIGUSR1"
+            dump.append(line)
+        assert any(line.startswith("Thread 0x") for line in dump), dump  # every thread, each with its stack
+        status, _ = get_json(f"http://127.0.0.1:{port}/healthz")
+        assert status == 200
+    finally:
+        _stop(process)
+    assert process.returncode == 0
 
 
 def test_a_stop_while_the_views_are_imported_is_a_clean_exit(tmp_path: Path) -> None:
@@ -153,8 +184,7 @@ def test_a_stop_while_the_views_are_imported_is_a_clean_exit(tmp_path: Path) -> 
         workers = children_of(process.pid)
         assert workers  # forked before the listing
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        _stop(process)
     assert process.returncode == 0
     wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10)
 

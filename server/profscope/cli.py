@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -459,6 +460,7 @@ def serve(args: argparse.Namespace) -> int:
     # (the forked workers keep the default handlers: the pool's terminate ends them at once)
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, _stop_on_signal)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     try:
         try:
             sock = _bind(settings.host, settings.port)
