@@ -24,6 +24,11 @@ For each trace:
 - the peers: ``bench/reference/timed_peer.py tbprof|hta FILE`` under /opt/refvenv, whole process timed
   with ``/usr/bin/time -v`` (wall clock, peak RSS), exactly as ``run_bench.py`` runs them.
 
+profscope's runs of a trace (``--runs``) are spread before, between and after the peers' runs on it (3 runs,
+two peers: profscope, torch-tb-profiler, profscope, HTA, profscope): this machine's speed drifts by tens of
+percent within minutes (run 32: the same code took 2.5-2.8 s at 21:21 and 3.7-4.8 s at 22:01), and runs taken
+back to back a few minutes before a peer's put that drift into the ratio. Until run 32b they were back to back.
+
 Ratios are computed from this invocation's numbers only. The 1-minute load average is sampled during
 every measurement (this machine is shared: report it with the numbers). One JSON line per measurement
 goes to ``--results``; a Markdown table is printed at the end with the command that produced it.
@@ -162,9 +167,9 @@ def main() -> int:
     with open(args.results, "a") as results:
         for trace in args.traces:
             size_mb = uncompressed_mb(trace)
-            for tool in tools:
+            for tool, outcome, at in measure_around_the_peers(trace, tools[1:], args):
                 row = {"input": trace.name.split(".")[0], "tool": tool, "uncompressed_mb": round(size_mb, 1),
-                       "at": time.strftime("%Y-%m-%d %H:%M:%S"), **measure(tool, trace, args)}  # fmt: skip
+                       "at": at, **outcome}  # fmt: skip
                 rows.append(row)
                 results.write(json.dumps(row) + "\n")
                 results.flush()
@@ -185,18 +190,43 @@ def compile_like_an_install() -> None:
     compileall.compile_dir(Path(profscope.__file__).parent, quiet=1)
 
 
-def measure(tool: str, trace: Path, args: argparse.Namespace) -> dict:
-    runs = args.runs if tool == "profscope serve" else 1
-    measured = []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="serve-bench-", dir=OUT) as scratch:
-            if tool == "profscope serve":
-                outcome = serve_until_every_view(trace, Path(scratch), args.timeout, tuple(args.serve_arg))
-            else:
-                outcome = peer(tool, trace, Path(scratch))
-        if "error" in outcome:
-            return outcome
-        measured.append(outcome)
+def spread_runs(runs: int, peers: int) -> list[int]:
+    """How many of profscope's runs go before each peer's, and after the last: as even as can be, the extra ones
+    first (3 runs, 2 peers: 1, 1, 1; 4 runs: 2, 1, 1; no peer: all of them)."""
+    slots = peers + 1
+    return [runs // slots + (1 if i < runs % slots else 0) for i in range(slots)]
+
+
+def measure_around_the_peers(
+    trace: Path, peers: tuple[str, ...], args: argparse.Namespace
+) -> list[tuple[str, dict, str]]:
+    """(tool, outcome, when it started) for profscope, then each peer. profscope's runs are spread before, between
+    and after the peers' (``spread_runs``): this machine's speed drifts by tens of percent within minutes, and
+    profscope's runs taken back to back, then a peer's for minutes, put the drift into the ratio."""
+    ours: list[dict] = []
+    theirs: list[tuple[str, dict, str]] = []
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    for slot, count in enumerate(spread_runs(args.runs, len(peers))):
+        for _ in range(count):
+            ours.append(measure_once("profscope serve", trace, args))
+        if slot < len(peers):
+            at = time.strftime("%Y-%m-%d %H:%M:%S")
+            theirs.append((peers[slot], measure_once(peers[slot], trace, args), at))
+    return [("profscope serve", summarize(ours), started), *theirs]
+
+
+def measure_once(tool: str, trace: Path, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="serve-bench-", dir=OUT) as scratch:
+        if tool == "profscope serve":
+            return serve_until_every_view(trace, Path(scratch), args.timeout, tuple(args.serve_arg))
+        return peer(tool, trace, Path(scratch))
+
+
+def summarize(measured: list[dict]) -> dict:
+    """The median run (by every view's time), with each run's figures beside it; the first failure, if any."""
+    failed = [m for m in measured if "error" in m]
+    if failed:
+        return failed[0]
     middle = sorted(measured, key=lambda m: m["wall_s"])[len(measured) // 2]
     spread = {"runs_wall_s": [round(m["wall_s"], 3) for m in measured]}
     if "peak_tree_pss_mb" in middle:  # peak memory of each run too: it moves with how the processes overlap
