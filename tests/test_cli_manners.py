@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -122,22 +124,20 @@ def test_user_errors_are_one_line_without_a_traceback(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout == f"profscope {__version__}\n"
 
 
-def test_serving_on_is_said_once_the_port_accepts_connections(tmp_path: Path) -> None:
+@contextmanager
+def _serving_until(tmp_path: Path, said: str) -> Iterator[tuple[subprocess.Popen, int, str]]:
+    """``profscope serve`` (the demo) with its stderr piped, once it has written a line holding ``said``: the
+    process, its port and that line. Stopped on leaving (``_stop``)."""
     port = free_port()
     command = [*PROFSCOPE, "serve", "--port", str(port), "--cache-dir", str(tmp_path / "cache")]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
-        line = process.stderr.readline()
-        while "serving" not in line:
-            assert line, "the server exited without saying where it serves"
-            line = process.stderr.readline()
-        assert f"on http://127.0.0.1:{port} " in line
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            pass  # accepted (into the backlog) the moment the line is out
+        while said not in (line := process.stderr.readline()):
+            assert line, f"the server exited before saying {said!r}"
+        yield process, port, line
     finally:
         _stop(process)
-    assert process.returncode == 0  # stopped by its own handler, its workers with it
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -151,14 +151,17 @@ def _stop(process: subprocess.Popen) -> None:
         raise AssertionError(f"profscope serve did not stop on SIGTERM; its stacks:\n{stderr[-8000:]}") from None
 
 
+def test_serving_on_is_said_once_the_port_accepts_connections(tmp_path: Path) -> None:
+    with _serving_until(tmp_path, "serving") as (process, port, line):
+        assert f"on http://127.0.0.1:{port} " in line
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # accepted (into the backlog) the moment the line is out
+    assert process.returncode == 0  # stopped by its own handler, its workers with it
+
+
 def test_sigusr1_prints_every_thread_s_stack_and_the_server_goes_on(tmp_path: Path) -> None:
-    port = free_port()
-    command = [*PROFSCOPE, "serve", "--port", str(port), "--cache-dir", str(tmp_path / "cache")]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
+    with _serving_until(tmp_path, "serving") as (process, port, _):
         assert process.stderr is not None
-        while "serving" not in (line := process.stderr.readline()):
-            assert line, "the server exited without saying where it serves"
         process.send_signal(signal.SIGUSR1)
         dump = []
         while "_serve_app" not in (line := process.stderr.readline()):  # the main thread, in uvicorn's run
@@ -167,24 +170,15 @@ def test_sigusr1_prints_every_thread_s_stack_and_the_server_goes_on(tmp_path: Pa
         assert any(line.startswith("Thread 0x") for line in dump), dump  # every thread, each with its stack
         status, _ = get_json(f"http://127.0.0.1:{port}/healthz")
         assert status == 200
-    finally:
-        _stop(process)
     assert process.returncode == 0
 
 
 def test_a_stop_while_the_views_are_imported_is_a_clean_exit(tmp_path: Path) -> None:
     """SIGTERM once the first files are listed and handed to the workers, ~0.5 s before "serving": the
     server stops its workers and exits 0 (before, it died of the signal and left its workers to notice)."""
-    command = [*PROFSCOPE, "serve", "--port", str(free_port()), "--cache-dir", str(tmp_path / "cache")]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        while "listed for the first time" not in (line := process.stderr.readline()):
-            assert line, "the server exited before listing its root"
+    with _serving_until(tmp_path, "listed for the first time") as (process, _, _):
         workers = children_of(process.pid)
         assert workers  # forked before the listing
-    finally:
-        _stop(process)
     assert process.returncode == 0
     wait_for(lambda: not any(alive(pid) for pid in workers), timeout=10)
 
