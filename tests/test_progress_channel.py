@@ -51,7 +51,7 @@ def _read_until(channel: ProgressChannel, end: Any) -> list[Any]:
 
 def test_a_writer_killed_at_any_moment_blocks_no_other_writer_and_tears_no_message() -> None:
     context = multiprocessing.get_context("fork")  # forked writers: ~2 ms each, so many kills are cheap
-    channel = ProgressChannel(multiprocessing.get_context("spawn"))
+    channel = ProgressChannel()
     rng = random.Random(SEED)
     for kill in range(KILLS):
         read: list[list[Any]] = []  # the server's reader thread, draining the pipe as the writer fills it
@@ -82,7 +82,7 @@ def _put_in_spawned(channel: ProgressChannel) -> None:
 
 def test_a_spawned_worker_gets_the_write_end_only() -> None:
     context = multiprocessing.get_context("spawn")
-    channel = ProgressChannel(context)
+    channel = ProgressChannel()
     worker = context.Process(target=_put_in_spawned, args=(channel,))
     worker.start()
     [item] = _done_within(channel.get, 60)
@@ -92,7 +92,7 @@ def test_a_spawned_worker_gets_the_write_end_only() -> None:
 
 
 def test_a_message_too_long_for_one_atomic_write_is_refused() -> None:
-    channel = ProgressChannel(multiprocessing.get_context("spawn"))
+    channel = ProgressChannel()
     key = "k" * MAX_MESSAGE_BYTES
     with pytest.raises(ValueError, match="at most"):
         channel.put((key, "bytes", 1))

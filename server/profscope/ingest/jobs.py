@@ -312,7 +312,7 @@ def prestart_workers(workers: int, memory_bytes: int = 0) -> None:
     context = multiprocessing.get_context("fork" if fork else "spawn")
     # the manager hands this channel to the spawned workers it starts later (a restart): forked workers
     # inherit its pipe, spawned ones get it pickled
-    channel = ProgressChannel(multiprocessing.get_context("spawn"))
+    channel = ProgressChannel()
     with _sigint_blocked():  # as in IngestManager._pump: the workers start with Ctrl+C held off
         pool = ProcessPoolExecutor(
             max_workers=max(1, workers), mp_context=context, initializer=_init_worker, initargs=(channel, memory_bytes)
@@ -375,7 +375,7 @@ class IngestManager:
         # A worker's put() writes to the pipe itself (a Queue hands it to a feeder thread, which never runs
         # while a hung parse holds the GIL: its pid would never reach the watchdog), and takes no lock (a
         # SimpleQueue's, held by a killed worker, would block every later put: see progress_channel)
-        self._progress = ProgressChannel(self._context)
+        self._progress = ProgressChannel()
         self._pool: ProcessPoolExecutor | None = None
         prestarted = _take_prestarted(self.workers, self.limits.memory_bytes)
         if prestarted is not None:

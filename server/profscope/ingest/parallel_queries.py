@@ -355,7 +355,7 @@ def compute_views(
                 counter = closing.enter_context(Counter(len(names)))
             except OSError:  # no file descriptor left for its pipe: one core it is
                 second = False
-        if building is not None and not second:  # no second core after all (no shared memory): its tree, once built
+        if building is not None and not second:  # no second core after all (no pipe for the counter): the built tree
             building.join()
             local.context = local.context_of(building).on(tables)
             building.release()

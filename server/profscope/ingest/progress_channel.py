@@ -12,6 +12,7 @@ holds nothing the others need. Only the server reads (one thread), so reads need
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import select
 from typing import Any
@@ -24,8 +25,8 @@ class ProgressChannel:
     """``put`` from any process that holds the channel (workers get it pickled: the write end only);
     ``get`` in the process that made it."""
 
-    def __init__(self, context: Any) -> None:
-        self._reader, self._writer = context.Pipe(duplex=False)
+    def __init__(self) -> None:
+        self._reader, self._writer = multiprocessing.Pipe(duplex=False)
 
     def put(self, item: Any) -> None:
         data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
